@@ -1,0 +1,7 @@
+FROM python:3.11-slim
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY scheduler ./scheduler
+COPY cql ./cql
+RUN pip install --no-cache-dir .
+ENTRYPOINT []

@@ -1,0 +1,274 @@
+"""The ``scheduler`` command: parse, call the library, print. Nothing else lives here.
+
+Every view takes ``--json``. A ``SchedulerError`` becomes one line on stderr and exit
+status 1; usage errors exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from .errors import InvalidInput, SchedulerError
+from .settings import Settings
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="A durable scheduler for future one-shot jobs.")
+schema_app = typer.Typer(no_args_is_help=True, help="Create or upgrade the store's schema.")
+shards_app = typer.Typer(no_args_is_help=True, help="Show or change the shard layouts.")
+app.add_typer(schema_app, name="schema")
+app.add_typer(shards_app, name="shards")
+
+StoreOpt = Annotated[str | None, typer.Option("--store", help="Store URL; default $SCHEDULER_STORE.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(1)
+
+
+@contextmanager
+def errors() -> Iterator[None]:
+    try:
+        yield
+    except SchedulerError as exc:
+        fail(str(exc))
+
+
+def emit(data: Any, as_json: bool, human: Callable[[], None] | None = None) -> None:
+    if as_json or human is None:
+        typer.echo(json.dumps(data, default=str, sort_keys=True))
+    else:
+        human()
+
+
+def _client(store: str | None) -> Any:
+    from .client import Client
+
+    return Client(store, settings=Settings.from_env())
+
+
+def _job_table(job: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(show_header=False, box=None)
+    for key, value in job.items():
+        table.add_row(f"[bold]{key}[/]", "" if value is None else str(value))
+    Console().print(table)
+
+
+def _parse_at(text: str) -> Any:
+    from .model import parse_time
+
+    return parse_time(text)
+
+
+# --- schema -----------------------------------------------------------------------------
+
+
+@schema_app.command("apply")
+def schema_apply(
+    store: StoreOpt = None,
+    shards: Annotated[int, typer.Option(help="Shard count S of a new keyspace.")] = 16,
+    bucket_width: Annotated[int, typer.Option(help="Bucket width in seconds, fixed at creation.")] = 60,
+    replication: Annotated[str, typer.Option(help="simple:RF or nts:DC=RF[,DC=RF].")] = "simple:1",
+    as_json: JsonOpt = False,
+) -> None:
+    """Create the keyspace and tables, or upgrade them; safe to run again."""
+    from .clock import SystemClock
+    from .layout import check_shard_count
+    from .store import SchemaOptions, open_store
+
+    with errors():
+        check_shard_count(shards)
+        if not 1 <= bucket_width <= 3600 or 3600 % bucket_width:
+            raise InvalidInput(f"--bucket-width {bucket_width} must divide 3600 (e.g. 1, 10, 60)")
+        st = open_store(Settings.from_env().require_store(store))
+        try:
+            res = st.apply_schema(SchemaOptions(shard_count=shards, bucket_width_s=bucket_width,
+                                                replication=replication), SystemClock().now_ms())
+        finally:
+            st.close()
+    data = {"store": st.url, "from_version": res.from_version, "version": res.to_version,
+            "created": res.created, "bucket_width_s": res.meta.bucket_width_s,
+            "origin_bucket": res.meta.origin_bucket}
+    if res.created:
+        what = "created"
+    elif res.from_version < res.to_version:
+        what = f"upgraded from v{res.from_version}"
+    else:
+        what = "already current"
+    emit(data, as_json, lambda: typer.echo(f"schema v{res.to_version} on {st.url} ({what})"))
+
+
+# --- jobs -------------------------------------------------------------------------------
+
+
+@app.command()
+def schedule(
+    job_id: Annotated[str, typer.Option("--id", help="Job id, unique per job.")],
+    at: Annotated[str, typer.Option(help="Due time, ISO 8601 with an offset.")],
+    kind: Annotated[str, typer.Option(help="Job kind, routes it to a handler.")],
+    payload: Annotated[str | None, typer.Option(help="JSON payload.")] = None,
+    jitter: Annotated[float, typer.Option(help="Fire any time up to this many seconds after due.")] = 0.0,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Schedule one job (idempotent by id)."""
+    with errors():
+        due = _parse_at(at)
+        value = None
+        if payload is not None:
+            try:
+                value = json.loads(payload)
+            except ValueError as exc:
+                raise InvalidInput(f"--payload is not valid JSON: {exc}") from None
+        client = _client(store)
+        try:
+            job = client.schedule(job_id, due, kind, value, jitter_s=jitter).to_dict()
+        finally:
+            client.close()
+    emit(job, as_json, lambda: _job_table(job))
+
+
+@app.command()
+def get(job_id: str, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    """Show one job with its status and history."""
+    with errors():
+        client = _client(store)
+        try:
+            job = client.get(job_id).to_dict()
+        finally:
+            client.close()
+    emit(job, as_json, lambda: _job_table(job))
+
+
+@app.command()
+def cancel(job_id: str, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    """Cancel a pending job. Exit status 1 when there was no pending job to cancel."""
+    with errors():
+        client = _client(store)
+        try:
+            done = client.cancel(job_id)
+        finally:
+            client.close()
+    emit({"job_id": job_id, "cancelled": done}, as_json,
+         lambda: typer.echo(f"cancelled {job_id}" if done else f"{job_id}: no pending job to cancel"))
+    if not done:
+        raise typer.Exit(1)
+
+
+@app.command()
+def reschedule(job_id: str, at: Annotated[str, typer.Option(help="New due time, ISO 8601.")],
+               store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    """Move a job to a new due time."""
+    with errors():
+        due = _parse_at(at)
+        client = _client(store)
+        try:
+            job = client.reschedule(job_id, due).to_dict()
+        finally:
+            client.close()
+    emit(job, as_json, lambda: _job_table(job))
+
+
+@app.command()
+def load(file: Annotated[Path, typer.Argument(help="JSON lines, one job per line; - for stdin.")],
+         store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    """Bulk-load jobs from JSON lines (fields as `schedule`: id, at, kind, payload, jitter)."""
+    from rich.progress import Progress
+
+    with errors():
+        lines = (sys.stdin if str(file) == "-" else _open_lines(file))
+        records = []
+        for n, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except ValueError as exc:
+                raise InvalidInput(f"{file}:{n}: not valid JSON ({exc})") from None
+        client = _client(store)
+        try:
+            with Progress(disable=as_json or not sys.stderr.isatty(), transient=False) as bar:
+                task = bar.add_task("scheduling", total=len(records))
+                jobs = client.schedule_many(records, progress=lambda n: bar.advance(task, n))
+        finally:
+            client.close()
+    emit({"loaded": len(jobs)}, as_json, lambda: typer.echo(f"scheduled {len(jobs)} jobs"))
+
+
+def _open_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {path}: {exc.strerror}") from None
+
+
+# --- shards -----------------------------------------------------------------------------
+
+
+@shards_app.command("show")
+def shards_show(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    """List the layouts: from which bucket on which shard count is in force."""
+    from .keys import from_ms
+
+    with errors():
+        client = _client(store)
+        try:
+            lays = client.layouts(fresh=True).items
+            width = client.meta.bucket_width_s
+        finally:
+            client.close()
+    rows = [{"from_bucket": lay.from_bucket, "from": from_ms(lay.from_bucket * 1000).isoformat(),
+             "shard_count": lay.shard_count,
+             "written_until": from_ms(lay.mark_end * 1000).isoformat() if lay.mark_end else None}
+            for lay in lays]
+
+    def human() -> None:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"shard layouts ({width}s buckets)")
+        for col in ("from", "shard_count", "written_until"):
+            table.add_column(col)
+        for r in rows:
+            table.add_row(r["from"], str(r["shard_count"]), r["written_until"] or "-")
+        Console().print(table)
+
+    emit({"bucket_width_s": width, "layouts": rows}, as_json, human)
+
+
+@shards_app.command("resize")
+def shards_resize(
+    count: Annotated[int, typer.Option(help="New shard count S.")],
+    at: Annotated[str, typer.Option(help="Cutover: a bucket boundary, ISO 8601.")],
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Change S from the bucket at --at on; earlier buckets keep their S."""
+    from .keys import from_ms
+
+    with errors():
+        cutover = _parse_at(at)
+        client = _client(store)
+        try:
+            lay = client.resize(count, cutover)
+        finally:
+            client.close()
+    data = {"from_bucket": lay.from_bucket, "from": from_ms(lay.from_bucket * 1000).isoformat(),
+            "shard_count": lay.shard_count}
+    emit(data, as_json, lambda: typer.echo(f"from {data['from']} on, S = {count}"))
+
+
+def main() -> None:
+    app()

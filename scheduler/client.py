@@ -1,0 +1,291 @@
+"""The producer client library: the only writer of jobs.
+
+Synchronous and thread-safe; one store (so one Cassandra ``Cluster``) per ``Client``,
+and one ``Client`` per process is the intended use.
+
+Placement rule (the late-write rule): a job's fire time is its due time plus its
+jitter, pushed forward to at least ``now + late_margin`` by the producer's clock. A
+poller reads at most one poll interval ahead of its own clock and refuses to run with
+more than ``max_skew`` of skew, and ``late_margin`` exceeds both together, so every
+write lands ahead of every read cursor, in a bucket no poller has closed. A job due in
+the past (or within the margin) therefore fires about ``late_margin`` after it was
+scheduled, and keeps its original ``due_at`` for lateness accounting.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, cast
+
+from .clock import Clock, SystemClock
+from .errors import ConfigError, InvalidInput, JobNotFound, ResizeRefused
+from .keys import bucket_of_ms, jitter_ms, shard_of
+from .layout import Layout, Layouts, check_resize, mark_end_for
+from .model import Job, Status, check_due, check_job_id, check_kind, encode_payload
+from .settings import Settings
+from .store import Store, StoreMeta, open_store
+
+MAX_JITTER_S = 86_400
+# schedule_many works in chunks so a million-job load holds a bounded number in memory.
+CHUNK = 5_000
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One job to schedule, as ``schedule`` takes it."""
+
+    job_id: str
+    due_at: datetime
+    kind: str
+    payload: Any = None
+    jitter_s: float = 0.0
+
+
+class Client:
+    """Schedule, cancel, reschedule and look up jobs.
+
+    Every method validates its input before writing; an ``InvalidInput`` means nothing
+    was written. Store failures raise ``StoreUnavailable`` or ``WriteTimeout`` (which
+    says whether the write may have happened; every write here is safe to retry).
+    """
+
+    def __init__(self, store: Store | str | None = None, *, clock: Clock | None = None,
+                 settings: Settings | None = None, max_payload_bytes: int | None = None,
+                 bucket_width_s: int | None = None,
+                 layout_cache_ttl_s: float | None = None) -> None:
+        self.settings = settings or Settings.from_env()
+        if isinstance(store, Store):
+            self.store, self._owns_store = store, False
+        else:
+            url = self.settings.require_store(store)
+            self.store = open_store(url, concurrency=self.settings.concurrency)
+            self._owns_store = True
+        self.clock: Clock = clock or SystemClock()
+        self.max_payload_bytes = max_payload_bytes or self.settings.max_payload_bytes
+        self.layout_cache_ttl_s = (self.settings.layout_cache_ttl_s if layout_cache_ttl_s is None
+                                   else layout_cache_ttl_s)
+        self._lock = threading.Lock()
+        self._meta: StoreMeta = self.store.meta()
+        if bucket_width_s is not None and bucket_width_s != self._meta.bucket_width_s:
+            raise ConfigError(
+                f"this client is configured for {bucket_width_s}s buckets but the store uses "
+                f"{self._meta.bucket_width_s}s (fixed per keyspace); fix the client's bucket width"
+            )
+        self._layouts: Layouts | None = None
+        self._layouts_at = 0.0
+        self._marks: dict[int, int] = {}
+
+    @property
+    def meta(self) -> StoreMeta:
+        return self._meta
+
+    # --- layouts --------------------------------------------------------------------
+
+    def layouts(self, fresh: bool = False) -> Layouts:
+        """The cached layouts, reloaded once they are ``layout_cache_ttl_s`` old.
+
+        A producer never writes with a copy older than that: if the reload fails, the
+        error propagates and nothing is written. This is the bound a resize relies on.
+        """
+        with self._lock:
+            age = self.clock.monotonic() - self._layouts_at
+            if fresh or self._layouts is None or age >= self.layout_cache_ttl_s:
+                self._layouts = self.store.layouts()
+                self._layouts_at = self.clock.monotonic()
+                for lay in self._layouts:
+                    self._marks[lay.from_bucket] = max(self._marks.get(lay.from_bucket, 0),
+                                                       lay.mark_end)
+            return self._layouts
+
+    def resize(self, count: int, at: datetime) -> Layout:
+        """Change the shard count from the bucket starting at ``at`` on.
+
+        Raises ``ResizeRefused`` naming the earliest allowed cutover when ``at`` is too
+        early, not on a bucket boundary, or not after the latest layout.
+        """
+        at_ms = check_due(at)
+        meta = self._meta
+        layout = check_resize(self.layouts(fresh=True), count, at_ms, self.clock.now_ms(),
+                              meta.bucket_width_s, int(self.layout_cache_ttl_s * 1000),
+                              meta.late_margin_ms, meta.max_skew_ms)
+        if not self.store.insert_layout(layout):
+            raise ResizeRefused(f"a layout starting at {at.isoformat()} already exists")
+        self.layouts(fresh=True)
+        return layout
+
+    # --- placement ------------------------------------------------------------------
+
+    def build(self, spec: JobSpec, now_ms: int | None = None) -> Job:
+        """Validate ``spec`` and place it (bucket, shard, fire time); writes nothing."""
+        job_id = check_job_id(spec.job_id)
+        kind = check_kind(spec.kind)
+        due_ms = check_due(spec.due_at)
+        if not 0 <= spec.jitter_s <= MAX_JITTER_S:
+            raise InvalidInput(f"jitter must be between 0 and {MAX_JITTER_S} seconds, got {spec.jitter_s}")
+        payload, is_json = encode_payload(spec.payload, self.max_payload_bytes)
+        return self._place(job_id, kind, payload, is_json, due_ms, spec.jitter_s, now_ms)
+
+    def _place(self, job_id: str, kind: str, payload: bytes, is_json: bool, due_ms: int,
+               jitter_s: float, now_ms: int | None) -> Job:
+        now = self.clock.now_ms() if now_ms is None else now_ms
+        fire_ms = max(due_ms + jitter_ms(job_id, jitter_s), now + self._meta.late_margin_ms)
+        bucket = bucket_of_ms(fire_ms, self._meta.bucket_width_s)
+        layout = self.layouts().write_layout(bucket)
+        return Job(job_id=job_id, kind=kind, payload=payload, payload_json=is_json, due_ms=due_ms,
+                   fire_ms=fire_ms, bucket=bucket, shard=shard_of(job_id, layout.shard_count))
+
+    def _ensure_marks(self, jobs: Iterable[Job]) -> None:
+        """Record how far writers reached under each layout, before writing the jobs, so a
+        reader of a later resize still reads the shards these jobs were written with."""
+        layouts = self.layouts()
+        needed: dict[int, int] = {}
+        for job in jobs:
+            lay = layouts.write_layout(job.bucket)
+            end = mark_end_for(job.bucket)
+            if end > self._marks.get(lay.from_bucket, 0) and end > needed.get(lay.from_bucket, 0):
+                needed[lay.from_bucket] = end
+        for from_bucket, end in needed.items():
+            self.store.insert_mark(from_bucket, end)
+            with self._lock:
+                self._marks[from_bucket] = max(self._marks.get(from_bucket, 0), end)
+
+    # --- writes ---------------------------------------------------------------------
+
+    def schedule(self, job_id: str, due_at: datetime, kind: str, payload: Any = None, *,
+                 jitter_s: float = 0.0) -> Job:
+        """Schedule a job; idempotent by ``job_id``.
+
+        Same id and same due time as a stored job: nothing changes and the stored job
+        is returned (kind and payload of the first call stay). Different due time: a
+        reschedule with this call's kind and payload, so the job fires once, at the new
+        time. Returns the stored job.
+        """
+        return self.schedule_many([JobSpec(job_id, due_at, kind, payload, jitter_s)])[0]
+
+    def schedule_many(self, specs: Iterable[JobSpec | dict[str, Any]],
+                      progress: Callable[[int], None] | None = None) -> list[Job]:
+        """Schedule many jobs with many writes in flight; returns the stored jobs in order.
+
+        The whole input is validated first: one bad spec raises ``InvalidInput`` naming
+        its position and nothing is written. A store error part-way leaves earlier
+        chunks written; re-running the same call is safe.
+        """
+        now = self.clock.now_ms()
+        jobs: list[Job] = []
+        seen: set[str] = set()
+        for i, raw in enumerate(specs):
+            spec = raw if isinstance(raw, JobSpec) else _spec_from_dict(raw, i)
+            try:
+                job = self.build(spec, now)
+            except InvalidInput as exc:
+                raise InvalidInput(f"job #{i + 1} ({spec.job_id!r}): {exc}") from None
+            if job.job_id in seen:
+                raise InvalidInput(f"job #{i + 1}: id {job.job_id!r} appears more than once")
+            seen.add(job.job_id)
+            jobs.append(job)
+        out: list[Job] = []
+        for start in range(0, len(jobs), CHUNK):
+            out.extend(self._write_chunk(jobs[start:start + CHUNK], progress))
+        return out
+
+    def _write_chunk(self, jobs: Sequence[Job], progress: Callable[[int], None] | None) -> list[Job]:
+        existing = self.store.get_many([j.job_id for j in jobs])
+        fresh = [j for j in jobs if j.job_id not in existing]
+        moved: list[tuple[Job, Job]] = []
+        result: list[Job] = []
+        for job in jobs:
+            old = existing.get(job.job_id)
+            if old is None:
+                result.append(job)
+            elif old.due_ms == job.due_ms:
+                result.append(old)
+            else:
+                # The latest call's kind and payload win; history is kept.
+                new = job.evolve(attempts=old.attempts, fired_ms=old.fired_ms,
+                                 last_error=old.last_error, status=Status.PENDING)
+                moved.append((old, new))
+                result.append(new)
+        self._ensure_marks([j for j in fresh] + [n for _, n in moved])
+        if fresh:
+            self.store.insert_many(fresh, progress)
+        for old, new in moved:
+            self.store.move(old, new)
+        if progress and len(jobs) > len(fresh):
+            progress(len(jobs) - len(fresh))
+        return result
+
+    def reschedule(self, job_id: str, due_at: datetime, *, jitter_s: float = 0.0) -> Job:
+        """Move a job to a new due time; it fires once, at the new time.
+
+        A fired, cancelled or dead job is re-armed. Raises ``JobNotFound``.
+        """
+        check_job_id(job_id)
+        due_ms = check_due(due_at)
+        old = self.get(job_id)
+        new = self._place(job_id, old.kind, old.payload, old.payload_json, due_ms, jitter_s, None)
+        if old.status is Status.PENDING and old.due_ms == due_ms:
+            return old
+        new = new.evolve(attempts=old.attempts, fired_ms=old.fired_ms, last_error=old.last_error)
+        self._ensure_marks([new])
+        self.store.move(old, new)
+        return new
+
+    def cancel(self, job_id: str) -> bool:
+        """Cancel a pending job; True when this call cancelled it.
+
+        A job a poller has already read for firing (it is due within about one poll
+        interval) may still fire once.
+        """
+        check_job_id(job_id)
+        job = self.store.get(job_id)
+        if job is None or job.status is not Status.PENDING:
+            return False
+        self.store.cancel(job)
+        return True
+
+    def get(self, job_id: str) -> Job:
+        """The stored job with its status and history; raises ``JobNotFound``."""
+        check_job_id(job_id)
+        job = self.store.get(job_id)
+        if job is None:
+            raise JobNotFound(f"no job with id {job_id!r}")
+        return job
+
+    def close(self) -> None:
+        if self._owns_store:
+            self.store.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _spec_from_dict(raw: dict[str, Any], index: int) -> JobSpec:
+    """A JobSpec from a JSON-lines record: ``id``/``job_id``, ``at``/``due_at``, ``kind``,
+    optional ``payload`` and ``jitter``."""
+    from .model import parse_time
+
+    if not isinstance(raw, dict):
+        raise InvalidInput(f"job #{index + 1}: expected an object, got {type(raw).__name__}")
+    job_id = raw.get("job_id", raw.get("id"))
+    at = raw.get("due_at", raw.get("at"))
+    if not isinstance(at, str | datetime):
+        raise InvalidInput(f"job #{index + 1}: missing due_at (an ISO 8601 time with an offset)")
+    unknown = set(raw) - {"job_id", "id", "due_at", "at", "kind", "payload", "jitter", "jitter_s"}
+    if unknown:
+        raise InvalidInput(f"job #{index + 1}: unknown field(s) {', '.join(sorted(unknown))}")
+    try:
+        due = at if isinstance(at, datetime) else parse_time(at)
+    except InvalidInput as exc:
+        raise InvalidInput(f"job #{index + 1}: {exc}") from None
+    jitter = raw.get("jitter", raw.get("jitter_s", 0.0))
+    if not isinstance(jitter, int | float):
+        raise InvalidInput(f"job #{index + 1}: jitter must be a number of seconds")
+    # id and kind are checked by Client.build, which names the job on error.
+    return JobSpec(job_id=cast(str, job_id), due_at=due, kind=cast(str, raw.get("kind")),
+                   payload=raw.get("payload"), jitter_s=float(jitter))

@@ -1,0 +1,55 @@
+"""The one exception root and its typed children.
+
+Every error the library raises on purpose derives from :class:`SchedulerError`, and
+its message is one line saying what was wrong and what to do about it. The CLI prints
+that line and exits non-zero.
+"""
+
+from __future__ import annotations
+
+
+class SchedulerError(Exception):
+    """The scheduler failed; the message says why and what to do."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+
+class InvalidInput(SchedulerError, ValueError):
+    """An argument is invalid; nothing was written."""
+
+
+class ConfigError(SchedulerError):
+    """The configuration is invalid; fix the setting named in the message."""
+
+
+class StoreUnavailable(SchedulerError):
+    """The store cannot be reached; check that it is running and the URL is right."""
+
+
+class SchemaError(SchedulerError):
+    """The store's schema is missing or incompatible; run `scheduler schema apply`."""
+
+
+class JobNotFound(SchedulerError, LookupError):
+    """No job has that id."""
+
+
+class ResizeRefused(SchedulerError):
+    """A shard-count change was refused; the message names the earliest allowed cutover."""
+
+
+class WriteTimeout(SchedulerError):
+    """A write timed out and may or may not have been applied.
+
+    ``maybe_applied`` is True when the store may have kept the write; scheduling is
+    idempotent by job id, so retrying the same call is safe.
+    """
+
+    def __init__(self, message: str | None = None, *, maybe_applied: bool = True) -> None:
+        super().__init__(message)
+        self.maybe_applied = maybe_applied
+
+
+class OwnershipLost(SchedulerError):
+    """This poller no longer owns the shard; a fenced write was refused."""

@@ -1,0 +1,159 @@
+"""The job record and the input rules every ``schedule`` call is checked against.
+
+Pure, no I/O. Validation happens before anything is written, so a rejected call
+leaves the store untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from .errors import InvalidInput
+from .keys import from_ms, to_ms
+
+MAX_JOB_ID_BYTES = 256
+DEFAULT_MAX_PAYLOAD_BYTES = 64 * 1024
+KIND_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,63}$")
+
+
+class Status(StrEnum):
+    PENDING = "pending"
+    FIRED = "fired"
+    CANCELLED = "cancelled"
+    DEAD = "dead"
+
+
+@dataclass(frozen=True)
+class Job:
+    """A scheduled job as stored.
+
+    ``due_ms`` is the time the producer asked for (kept for lateness accounting);
+    ``fire_ms`` is where the job sits in the bucket table: the due time plus any
+    jitter, moved forward for a late write. Both are epoch milliseconds.
+    """
+
+    job_id: str
+    kind: str
+    payload: bytes
+    payload_json: bool
+    due_ms: int
+    fire_ms: int
+    bucket: int
+    shard: int
+    status: Status = Status.PENDING
+    attempts: int = 0
+    fired_ms: int | None = None
+    last_error: str | None = None
+
+    @property
+    def due_at(self) -> datetime:
+        return from_ms(self.due_ms)
+
+    @property
+    def fire_at(self) -> datetime:
+        return from_ms(self.fire_ms)
+
+    @property
+    def fired_at(self) -> datetime | None:
+        return None if self.fired_ms is None else from_ms(self.fired_ms)
+
+    @property
+    def attempt(self) -> int:
+        """The attempt a handler sees: 1 for the first try."""
+        return self.attempts + 1
+
+    def value(self) -> Any:
+        """The payload as given to ``schedule``: bytes, or the decoded JSON value."""
+        return json.loads(self.payload) if self.payload_json else self.payload
+
+    def evolve(self, **changes: Any) -> Job:
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stable JSON view used by ``--json`` and the docs."""
+        return {
+            "job_id": self.job_id,
+            "kind": self.kind,
+            "due_at": self.due_at.isoformat(),
+            "fire_at": self.fire_at.isoformat(),
+            "bucket": self.bucket,
+            "shard": self.shard,
+            "status": str(self.status),
+            "attempts": self.attempts,
+            "fired_at": None if self.fired_at is None else self.fired_at.isoformat(),
+            "last_error": self.last_error,
+        }
+
+    def raw(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def check_job_id(job_id: object) -> str:
+    if not isinstance(job_id, str) or not job_id:
+        raise InvalidInput("job id must be a non-empty string")
+    try:
+        size = len(job_id.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidInput("job id must be valid UTF-8 (it contains a lone surrogate)") from None
+    if size > MAX_JOB_ID_BYTES:
+        raise InvalidInput(f"job id is {size} bytes; the limit is {MAX_JOB_ID_BYTES} bytes of UTF-8")
+    return job_id
+
+
+def check_kind(kind: object) -> str:
+    if not isinstance(kind, str) or not KIND_RE.match(kind):
+        raise InvalidInput(
+            f"kind {kind!r} is not a short identifier: use 1-64 characters of letters, digits, "
+            "'_', '.', ':' or '-', starting with a letter or '_'"
+        )
+    return kind
+
+
+def check_due(due_at: object) -> int:
+    """Epoch ms of an aware datetime; a naive one is an error, never taken as UTC."""
+    if not isinstance(due_at, datetime):
+        raise InvalidInput(f"due time must be a datetime, got {type(due_at).__name__}")
+    if due_at.tzinfo is None or due_at.tzinfo.utcoffset(due_at) is None:
+        raise InvalidInput(
+            f"due time {due_at.isoformat()} has no timezone; pass an aware datetime "
+            "(e.g. with tzinfo=datetime.UTC)"
+        )
+    return to_ms(due_at)
+
+
+def encode_payload(payload: object, limit: int) -> tuple[bytes, bool]:
+    """Encode a payload to ``(bytes, is_json)``, enforcing the size limit."""
+    if isinstance(payload, bytes | bytearray | memoryview):
+        data, is_json = bytes(payload), False
+    else:
+        try:
+            data = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        except (TypeError, ValueError) as exc:
+            raise InvalidInput(f"payload must be bytes or JSON-serialisable: {exc}") from None
+        is_json = True
+    if len(data) > limit:
+        raise InvalidInput(
+            f"payload is {len(data)} bytes; the limit is {limit} bytes "
+            "(raise max_payload_bytes, or store the data elsewhere and pass a reference)"
+        )
+    return data, is_json
+
+
+def parse_time(text: str) -> datetime:
+    """Parse ISO 8601 with an explicit offset ('Z' allowed); anything else is an error."""
+    try:
+        dt = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise InvalidInput(
+            f"cannot parse time {text!r}: use ISO 8601 with an offset, e.g. 2027-03-01T09:00:00Z"
+        ) from None
+    if dt.tzinfo is None:
+        raise InvalidInput(
+            f"time {text!r} has no UTC offset: add one, e.g. {text}Z or {text}+01:00"
+        )
+    return dt

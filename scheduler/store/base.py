@@ -1,0 +1,150 @@
+"""The storage interface: one small abstract class, a Cassandra and an embedded
+implementation, and one contract test suite (``tests/contract``) run against both.
+
+Every method either does all of its work or raises a ``SchedulerError``; the docstring
+of each says what a failure part-way leaves behind.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ..errors import SchemaError
+from ..keys import DEFAULT_BUCKET_WIDTH_S, DEFAULT_SHARD_COUNT
+from ..layout import Layout, Layouts
+from ..model import Job
+
+SCHEMA_VERSION = 1
+
+# A producer pushes a job's fire time to at least now + late margin, so it lands
+# ahead of any poller's read cursor (a poller prefetches at most one poll interval
+# ahead, and refuses to run with more clock skew than max_skew).
+DEFAULT_LATE_MARGIN_MS = 2_000
+DEFAULT_MAX_SKEW_MS = 500
+
+
+@dataclass(frozen=True)
+class StoreMeta:
+    """Keyspace-wide settings, fixed at creation; producers and pollers must agree."""
+
+    schema_version: int
+    bucket_width_s: int
+    late_margin_ms: int
+    max_skew_ms: int
+    # Buckets before this one never held jobs: a shard without a checkpoint starts here.
+    origin_bucket: int
+
+
+@dataclass(frozen=True)
+class SchemaOptions:
+    shard_count: int = DEFAULT_SHARD_COUNT
+    bucket_width_s: int = DEFAULT_BUCKET_WIDTH_S
+    late_margin_ms: int = DEFAULT_LATE_MARGIN_MS
+    max_skew_ms: int = DEFAULT_MAX_SKEW_MS
+    # Cassandra only: "simple:1" or "nts:dc1=3,dc2=3".
+    replication: str = "simple:1"
+
+
+@dataclass(frozen=True)
+class SchemaResult:
+    from_version: int
+    to_version: int
+    created: bool
+    meta: StoreMeta
+
+
+ProgressFn = Callable[[int], None]
+
+
+class Store(ABC):
+    """What the library needs from a store. Implementations are thread-safe."""
+
+    url: str
+
+    # --- schema and keyspace settings -------------------------------------------------
+
+    @abstractmethod
+    def apply_schema(self, options: SchemaOptions, now_ms: int) -> SchemaResult:
+        """Create or upgrade the schema; idempotent. Refuses a schema newer than this code."""
+
+    @abstractmethod
+    def _read_meta(self) -> dict[str, str]:
+        """Raw keyspace settings; raises ``SchemaError`` when the schema is missing."""
+
+    @abstractmethod
+    def _read_layouts(self) -> list[Layout]:
+        """Every layout, marks included."""
+
+    @abstractmethod
+    def insert_layout(self, layout: Layout) -> bool:
+        """Add a layout unless one starts at the same bucket; True when added."""
+
+    @abstractmethod
+    def insert_mark(self, from_bucket: int, mark_end: int) -> None:
+        """Record that writers reached buckets before ``mark_end`` under a layout."""
+
+    @abstractmethod
+    def server_now_ms(self) -> int:
+        """The store's own wall clock, for skew checks."""
+
+    def meta(self) -> StoreMeta:
+        raw = self._read_meta()
+        try:
+            return StoreMeta(
+                schema_version=int(raw["schema_version"]),
+                bucket_width_s=int(raw["bucket_width_s"]),
+                late_margin_ms=int(raw["late_margin_ms"]),
+                max_skew_ms=int(raw["max_skew_ms"]),
+                origin_bucket=int(raw["origin_bucket"]),
+            )
+        except KeyError as exc:
+            raise SchemaError(
+                f"store {self.url} has no setting {exc.args[0]}; run `scheduler schema apply`"
+            ) from None
+
+    def layouts(self) -> Layouts:
+        found = self._read_layouts()
+        if not found:
+            raise SchemaError(f"store {self.url} has no shard layout; run `scheduler schema apply`")
+        return Layouts(found)
+
+    # --- jobs ------------------------------------------------------------------------------
+
+    @abstractmethod
+    def get(self, job_id: str) -> Job | None:
+        """The job, or None."""
+
+    @abstractmethod
+    def get_many(self, job_ids: Sequence[str]) -> dict[str, Job]:
+        """The jobs that exist among ``job_ids``."""
+
+    @abstractmethod
+    def read_bucket(self, bucket: int, shard: int, after: tuple[int, str] | None,
+                    until_ms: int, limit: int) -> list[Job]:
+        """Pending rows of one partition in ``(fire_ms, job_id)`` order, strictly after the
+        cursor ``after`` (None: from the start) and with ``fire_ms <= until_ms``."""
+
+    @abstractmethod
+    def insert_many(self, jobs: Sequence[Job], progress: ProgressFn | None = None) -> None:
+        """Write new jobs, many in flight.
+
+        Each job's bucket row is written before its lookup row, so a lookup row that
+        exists always has its bucket row: an interrupted call leaves some jobs fully
+        written and others invisible, and re-running it is safe. Raises the first
+        error after every job was attempted.
+        """
+
+    @abstractmethod
+    def move(self, old: Job, new: Job) -> None:
+        """Replace ``old``'s bucket row by ``new``'s and update the lookup row, atomically
+        (a logged batch in Cassandra, a transaction in SQLite)."""
+
+    @abstractmethod
+    def cancel(self, job: Job) -> None:
+        """Delete the job's bucket row and mark it cancelled, atomically."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release connections; idempotent."""

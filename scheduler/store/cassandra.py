@@ -1,0 +1,353 @@
+"""The Cassandra store: prepared statements from ``cql/queries.cql``, one ``Cluster``
+per store object (one per process; never share it across ``fork()``).
+
+Consistency: LOCAL_QUORUM for job writes and bucket reads by default (a LOCAL_ONE read
+that misses a job, followed by a checkpoint advance, would lose it); LOCAL_SERIAL for
+lightweight transactions.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+from .. import queries
+from ..errors import ConfigError, SchedulerError, SchemaError, StoreUnavailable, WriteTimeout
+from ..keys import bucket_of_ms, to_ms
+from ..layout import Layout
+from ..model import Job, Status
+from .base import SCHEMA_VERSION, ProgressFn, SchemaOptions, SchemaResult, Store
+from .rows import (
+    bucket_key,
+    bucket_params,
+    job_from_bucket_row,
+    job_from_row,
+    job_params,
+    meta_items,
+)
+
+KEYSPACE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,47}$")
+DEFAULT_PORT = 9042
+
+
+def dt_ms(value: datetime | int) -> int:
+    """Epoch ms of a driver timestamp (a naive UTC datetime)."""
+    if isinstance(value, int):
+        return value
+    return to_ms(value.replace(tzinfo=UTC))
+
+
+def replication_map(spec: str) -> str:
+    """CQL replication map for ``simple:RF`` or ``nts:dc1=RF,dc2=RF``."""
+    kind, _, rest = spec.partition(":")
+    try:
+        if kind == "simple":
+            rf = int(rest or "1")
+            if rf < 1:
+                raise ValueError
+            return f"{{'class': 'SimpleStrategy', 'replication_factor': {rf}}}"
+        if kind == "nts":
+            parts = []
+            for item in rest.split(","):
+                dc, _, rf_text = item.partition("=")
+                if not re.match(r"^[\w.-]+$", dc) or int(rf_text) < 1:
+                    raise ValueError
+                parts.append(f"'{dc}': {int(rf_text)}")
+            if parts:
+                return "{'class': 'NetworkTopologyStrategy', " + ", ".join(parts) + "}"
+    except ValueError:
+        pass
+    raise ConfigError(
+        f"replication {spec!r} is not valid: use simple:RF (development) or "
+        "nts:DC=RF[,DC=RF...] (production)"
+    )
+
+
+class CassandraUrl:
+    """``cassandra://host[,host2][:port]/keyspace[?local_dc=DC&consistency=LOCAL_QUORUM]``"""
+
+    def __init__(self, url: str) -> None:
+        parsed = urlparse(url)
+        hosts, port = [], DEFAULT_PORT
+        for item in parsed.netloc.split(","):
+            host, _, port_text = item.partition(":")
+            if not host:
+                raise ConfigError(f"store URL {url!r} has an empty host; use cassandra://HOST/KEYSPACE")
+            hosts.append(host)
+            if port_text:
+                if not port_text.isdigit():
+                    raise ConfigError(f"store URL {url!r} has a bad port {port_text!r}")
+                port = int(port_text)
+        keyspace = parsed.path.strip("/")
+        if not KEYSPACE_RE.match(keyspace):
+            raise ConfigError(
+                f"store URL {url!r} needs a keyspace name of letters, digits and '_' "
+                "(e.g. cassandra://127.0.0.1/scheduler)"
+            )
+        q = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+        unknown = set(q) - {"local_dc", "consistency", "protocol_version"}
+        if unknown:
+            raise ConfigError(f"store URL {url!r} has unknown option(s): {', '.join(sorted(unknown))}")
+        self.url, self.hosts, self.port, self.keyspace = url, hosts, port, keyspace
+        self.local_dc = q.get("local_dc")
+        self.consistency = q.get("consistency", "LOCAL_QUORUM").upper()
+        self.protocol_version = int(q.get("protocol_version", "5"))
+
+
+def translate(exc: BaseException, what: str) -> SchedulerError:
+    """Map a driver exception to the library's typed errors."""
+    from cassandra import OperationTimedOut, Unavailable
+    from cassandra import WriteTimeout as DriverWriteTimeout
+    from cassandra.cluster import NoHostAvailable
+
+    if isinstance(exc, SchedulerError):
+        return exc
+    if isinstance(exc, DriverWriteTimeout | OperationTimedOut):
+        return WriteTimeout(
+            f"{what} timed out and may have been applied ({type(exc).__name__}); "
+            "retrying the same call is safe", maybe_applied=True)
+    if isinstance(exc, Unavailable):
+        return WriteTimeout(
+            f"{what} was not applied: not enough replicas alive ({exc}); retry later",
+            maybe_applied=False)
+    if isinstance(exc, NoHostAvailable):
+        return StoreUnavailable(f"{what} failed: no Cassandra host answered; check the cluster")
+    return StoreUnavailable(f"{what} failed: {type(exc).__name__}: {exc}")
+
+
+class CassandraStore(Store):
+    def __init__(self, url: str, *, concurrency: int = 128, request_timeout_s: float = 10.0,
+                 connect_timeout_s: float = 5.0) -> None:
+        from cassandra import ConsistencyLevel
+        from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable
+        from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+        from cassandra.query import tuple_factory
+
+        self.cfg = CassandraUrl(url)
+        self.url = url
+        self.keyspace = self.cfg.keyspace
+        self.concurrency = concurrency
+        try:
+            cl = ConsistencyLevel.name_to_value[self.cfg.consistency]
+        except KeyError:
+            raise ConfigError(f"unknown consistency {self.cfg.consistency!r} in store URL") from None
+        profile = ExecutionProfile(
+            load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=self.cfg.local_dc)),
+            consistency_level=cl,
+            serial_consistency_level=ConsistencyLevel.LOCAL_SERIAL,
+            request_timeout=request_timeout_s,
+            row_factory=tuple_factory,
+        )
+        self._cluster = Cluster(
+            self.cfg.hosts, port=self.cfg.port, protocol_version=self.cfg.protocol_version,
+            execution_profiles={EXEC_PROFILE_DEFAULT: profile}, connect_timeout=connect_timeout_s,
+        )
+        try:
+            self.session = self._cluster.connect()
+        except NoHostAvailable:
+            self._cluster.shutdown()
+            raise StoreUnavailable(
+                f"cannot reach Cassandra at {','.join(self.cfg.hosts)}:{self.cfg.port}; "
+                "start it (ops/cassandra start) or fix --store / SCHEDULER_STORE"
+            ) from None
+        self._prepared: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    # --- plumbing --------------------------------------------------------------------
+
+    def prepared(self, name: str) -> Any:
+        stmt = self._prepared.get(name)
+        if stmt is None:
+            from cassandra import InvalidRequest
+
+            text = queries.named("queries.cql")[name].replace("{keyspace}", self.keyspace)
+            with self._lock:
+                try:
+                    stmt = self.session.prepare(text)
+                except InvalidRequest as exc:
+                    raise SchemaError(
+                        f"keyspace {self.keyspace!r} is missing or older than this scheduler "
+                        f"({exc.summary if hasattr(exc, 'summary') else exc}); "
+                        f"run `scheduler schema apply --store {self.url}`"
+                    ) from None
+                self._prepared[name] = stmt
+        return stmt
+
+    def run(self, name: str, params: Sequence[Any] = (), what: str | None = None) -> list[Any]:
+        try:
+            return list(self.session.execute(self.prepared(name), params))
+        except Exception as exc:
+            raise translate(exc, what or name) from exc
+
+    # --- schema ----------------------------------------------------------------------
+
+    def apply_schema(self, options: SchemaOptions, now_ms: int) -> SchemaResult:
+        ddl = {k: v.replace("{keyspace}", self.keyspace)
+               .replace("{replication}", replication_map(options.replication))
+               for k, v in queries.named("keyspace.cql").items()}
+        try:
+            self.session.execute(ddl["create_keyspace"])
+            self.session.execute(ddl["create_schema_versions"])
+            rows = list(self.session.execute(ddl["select_schema_version"]))
+            current = int(rows[0][0]) if rows else 0
+            if current > SCHEMA_VERSION:
+                raise SchemaError(
+                    f"keyspace {self.keyspace!r} has schema v{current}, newer than this scheduler "
+                    f"(v{SCHEMA_VERSION}); upgrade the scheduler before applying"
+                )
+            insert_version = self.session.prepare(ddl["insert_schema_version"])
+            for version, desc, text in queries.versions("versions"):
+                if version <= current:
+                    continue
+                for stmt in queries.statements(text):
+                    self.session.execute(stmt.replace("{keyspace}", self.keyspace))
+                self.session.execute(insert_version, (version, desc, now_ms))
+            origin = bucket_of_ms(now_ms, options.bucket_width_s)
+            existing = self._read_meta_raw()
+            for key, value in meta_items(options, origin):
+                if key not in existing:
+                    self.run("insert_meta", (key, value))
+            if not self.run("select_layouts"):
+                self.run("insert_layout", (origin, options.shard_count, now_ms))
+        except SchedulerError:
+            raise
+        except Exception as exc:
+            raise translate(exc, "schema apply") from exc
+        meta = self.meta()
+        if meta.bucket_width_s != options.bucket_width_s:
+            raise ConfigError(
+                f"keyspace {self.keyspace!r} uses {meta.bucket_width_s}s buckets, fixed at creation; "
+                f"drop --bucket-width or pass {meta.bucket_width_s}"
+            )
+        return SchemaResult(current, SCHEMA_VERSION, current == 0, meta)
+
+    def _read_meta_raw(self) -> dict[str, str]:
+        return {k: v for k, v in self.run("select_meta")}
+
+    def _read_meta(self) -> dict[str, str]:
+        raw = self._read_meta_raw()
+        rows = list(self.session.execute(
+            queries.named("keyspace.cql")["select_schema_version"].replace("{keyspace}", self.keyspace)))
+        raw["schema_version"] = str(rows[0][0]) if rows else "0"
+        return raw
+
+    def _read_layouts(self) -> list[Layout]:
+        marks = {int(f): int(m) for f, m in self.run("select_marks")}
+        return [Layout(int(f), int(n), dt_ms(c), marks.get(int(f), 0))
+                for f, n, c in self.run("select_layouts")]
+
+    def insert_layout(self, layout: Layout) -> bool:
+        rows = self.run("insert_layout", (layout.from_bucket, layout.shard_count, layout.created_ms),
+                        "adding a layout")
+        return bool(rows[0][0])
+
+    def insert_mark(self, from_bucket: int, mark_end: int) -> None:
+        self.run("insert_mark", (from_bucket, mark_end), "recording a layout mark")
+
+    def server_now_ms(self) -> int:
+        return int(self.run("server_now")[0][0])
+
+    # --- jobs ------------------------------------------------------------------------
+
+    def get(self, job_id: str) -> Job | None:
+        rows = self.run("select_job", (job_id,), f"reading job {job_id!r}")
+        return job_from_row(rows[0], dt_ms) if rows else None
+
+    def get_many(self, job_ids: Sequence[str]) -> dict[str, Job]:
+        from cassandra.concurrent import execute_concurrent_with_args
+
+        stmt = self.prepared("select_job")
+        try:
+            results = execute_concurrent_with_args(
+                self.session, stmt, [(j,) for j in job_ids], concurrency=self.concurrency,
+                raise_on_first_error=True)
+        except Exception as exc:
+            raise translate(exc, "reading jobs") from exc
+        out = {}
+        for _ok, rows in results:
+            for row in rows:
+                job = job_from_row(row, dt_ms)
+                out[job.job_id] = job
+        return out
+
+    def read_bucket(self, bucket: int, shard: int, after: tuple[int, str] | None,
+                    until_ms: int, limit: int) -> list[Job]:
+        fire_ms, job_id = after if after is not None else (bucket * 1000 - 1, "")
+        rows = self.run("select_bucket_rows", (bucket, shard, fire_ms, job_id, until_ms, limit),
+                        f"reading bucket {bucket} shard {shard}")
+        return [job_from_bucket_row(r, dt_ms) for r in rows]
+
+    def insert_many(self, jobs: Sequence[Job], progress: ProgressFn | None = None) -> None:
+        """See ``Store.insert_many``: per job, the bucket row, then the lookup row, with up
+        to ``concurrency`` jobs in flight (callbacks chain the second write)."""
+        p_bucket, p_job = self.prepared("insert_bucket_row"), self.prepared("insert_job")
+        slots = threading.Semaphore(self.concurrency)
+        lock = threading.Lock()
+        errors: list[BaseException] = []
+        finished = [0]
+
+        def done(exc: BaseException | None) -> None:
+            with lock:
+                finished[0] += 1
+                if exc is not None:
+                    errors.append(exc)
+            slots.release()
+
+        def after_bucket(_: Any, job: Job) -> None:
+            try:
+                fut = self.session.execute_async(p_job, job_params(job))
+                fut.add_callbacks(lambda _r: done(None), done)
+            except Exception as exc:  # the driver is shutting down
+                done(exc)
+
+        reported = 0
+        for job in jobs:
+            slots.acquire()
+            if progress and finished[0] - reported >= 256:
+                now_done = finished[0]
+                progress(now_done - reported)
+                reported = now_done
+            fut = self.session.execute_async(p_bucket, bucket_params(job))
+            fut.add_callbacks(after_bucket, done, callback_args=(job,))
+        for _ in range(self.concurrency):
+            slots.acquire()
+        for _ in range(self.concurrency):
+            slots.release()
+        if progress and finished[0] > reported:
+            progress(finished[0] - reported)
+        if errors:
+            raise translate(errors[0], f"writing {len(errors)} of {len(jobs)} jobs") from errors[0]
+
+    def _batch(self, what: str, items: list[tuple[str, tuple[Any, ...]]]) -> None:
+        from cassandra.query import BatchStatement, BatchType
+
+        batch = BatchStatement(batch_type=BatchType.LOGGED)
+        for name, params in items:
+            batch.add(self.prepared(name), params)
+        try:
+            self.session.execute(batch)
+        except Exception as exc:
+            raise translate(exc, what) from exc
+
+    def move(self, old: Job, new: Job) -> None:
+        self._batch(f"rescheduling job {new.job_id!r}", [
+            ("delete_bucket_row", bucket_key(old)),
+            ("insert_bucket_row", bucket_params(new)),
+            ("insert_job", job_params(new)),
+        ])
+
+    def cancel(self, job: Job) -> None:
+        self._batch(f"cancelling job {job.job_id!r}", [
+            ("delete_bucket_row", bucket_key(job)),
+            ("set_job_status", (str(Status.CANCELLED), job.job_id)),
+        ])
+
+    def release_version(self) -> str:
+        return str(self.run("release_version")[0][0])
+
+    def close(self) -> None:
+        self._cluster.shutdown()

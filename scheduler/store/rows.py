@@ -1,0 +1,63 @@
+"""Row <-> Job conversion shared by both stores (column order of the named queries)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..model import Job, Status
+
+
+def job_from_row(row: Any, to_ms: Any = int) -> Job:
+    """Build a Job from ``select_job``'s column order; ``to_ms`` converts timestamps."""
+    (job_id, kind, payload, payload_json, due_at, fire_at, bucket, shard, status, attempts,
+     fired_at, last_error) = row
+    return Job(
+        job_id=job_id,
+        kind=kind,
+        payload=bytes(payload or b""),
+        payload_json=bool(payload_json),
+        due_ms=to_ms(due_at),
+        fire_ms=to_ms(fire_at),
+        bucket=int(bucket),
+        shard=int(shard),
+        status=Status(status),
+        attempts=int(attempts or 0),
+        fired_ms=None if fired_at is None else to_ms(fired_at),
+        last_error=last_error,
+    )
+
+
+def job_from_bucket_row(row: Any, to_ms: Any = int) -> Job:
+    """Build a pending Job from ``select_bucket_rows``'s column order."""
+    bucket, shard, fire_at, job_id, due_at, kind, payload, payload_json, attempts = row
+    return Job(job_id=job_id, kind=kind, payload=bytes(payload or b""),
+               payload_json=bool(payload_json), due_ms=to_ms(due_at), fire_ms=to_ms(fire_at),
+               bucket=int(bucket), shard=int(shard), attempts=int(attempts or 0))
+
+
+def job_params(job: Job, ts: Any = int) -> tuple[Any, ...]:
+    """Parameters of ``insert_job``; ``ts`` converts epoch ms to the store's type."""
+    return (job.job_id, job.kind, job.payload, job.payload_json, ts(job.due_ms),
+            ts(job.fire_ms), job.bucket, job.shard, str(job.status), job.attempts,
+            None if job.fired_ms is None else ts(job.fired_ms), job.last_error)
+
+
+def bucket_params(job: Job, ts: Any = int) -> tuple[Any, ...]:
+    """Parameters of ``insert_bucket_row``."""
+    return (job.bucket, job.shard, ts(job.fire_ms), job.job_id, ts(job.due_ms), job.kind,
+            job.payload, job.payload_json, job.attempts)
+
+
+def bucket_key(job: Job, ts: Any = int) -> tuple[Any, ...]:
+    """Parameters of ``delete_bucket_row``."""
+    return (job.bucket, job.shard, ts(job.fire_ms), job.job_id)
+
+
+def meta_items(options: Any, origin_bucket: int) -> list[tuple[str, str]]:
+    """The keyspace settings written once at creation (later applies keep the first)."""
+    return [
+        ("bucket_width_s", str(options.bucket_width_s)),
+        ("late_margin_ms", str(options.late_margin_ms)),
+        ("max_skew_ms", str(options.max_skew_ms)),
+        ("origin_bucket", str(origin_bucket)),
+    ]

@@ -1,0 +1,192 @@
+"""The embedded store: SQLite with the same tables, keys and semantics as Cassandra.
+
+For running the scheduler on one machine with no servers (``scheduler demo``) and for
+tests. One connection guarded by a lock; multi-statement operations run in one
+transaction, so a failure leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from .. import queries
+from ..errors import ConfigError, SchemaError, StoreUnavailable
+from ..keys import bucket_of_ms
+from ..layout import Layout
+from ..model import Job, Status
+from .base import SCHEMA_VERSION, ProgressFn, SchemaOptions, SchemaResult, Store
+from .rows import (
+    bucket_key,
+    bucket_params,
+    job_from_bucket_row,
+    job_from_row,
+    job_params,
+    meta_items,
+)
+
+
+def _q(name: str) -> str:
+    return queries.named("sqlite/queries.sql")[name]
+
+
+class SqliteStore(Store):
+    def __init__(self, path: str, url: str | None = None) -> None:
+        self.url = url or f"sqlite:///{path}"
+        self.path = path
+        if path != ":memory:":
+            parent = Path(path).expanduser().resolve().parent
+            if not parent.is_dir():
+                raise StoreUnavailable(
+                    f"cannot open {self.url}: folder {parent} does not exist; create it or fix --store"
+                )
+        try:
+            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None,
+                                       timeout=30)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"cannot open {self.url}: {exc}") from None
+        self._lock = threading.RLock()
+        self._closed = False
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            if self._closed:
+                raise StoreUnavailable(f"store {self.url} is closed")
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        with self._lock:
+            if self._closed:
+                raise StoreUnavailable(f"store {self.url} is closed")
+            try:
+                return self._db.execute(sql, params).fetchall()
+            except sqlite3.OperationalError as exc:
+                if "no such table" in str(exc):
+                    raise SchemaError(
+                        f"store {self.url} has no scheduler schema; run `scheduler schema apply`"
+                    ) from None
+                raise
+
+    # --- schema ------------------------------------------------------------------------
+
+    def _schema_version(self) -> int:
+        try:
+            row = self._db.execute(_q("select_schema_version")).fetchone()
+        except sqlite3.OperationalError:
+            return 0
+        return int(row[0] or 0)
+
+    def apply_schema(self, options: SchemaOptions, now_ms: int) -> SchemaResult:
+        with self._tx() as db:
+            current = self._schema_version()
+            if current > SCHEMA_VERSION:
+                raise SchemaError(
+                    f"store {self.url} has schema v{current}, newer than this scheduler "
+                    f"(v{SCHEMA_VERSION}); upgrade the scheduler"
+                )
+            for version, desc, text in queries.versions("sqlite"):
+                if version <= current:
+                    continue
+                for stmt in queries.statements(text):
+                    db.execute(stmt)
+                db.execute(_q("insert_schema_version"), (version, desc, now_ms))
+            created = current == 0
+            origin = bucket_of_ms(now_ms, options.bucket_width_s)
+            for key, value in meta_items(options, origin):
+                db.execute(_q("insert_meta"), (key, value))
+            if not db.execute(_q("select_layouts")).fetchall():
+                db.execute(_q("insert_layout"), (origin, options.shard_count, now_ms))
+        meta = self.meta()
+        if meta.bucket_width_s != options.bucket_width_s:
+            raise ConfigError(
+                f"store {self.url} uses {meta.bucket_width_s}s buckets, fixed at creation; "
+                f"drop --bucket-width or pass {meta.bucket_width_s}"
+            )
+        return SchemaResult(current, SCHEMA_VERSION, created, meta)
+
+    def _read_meta(self) -> dict[str, str]:
+        raw = {k: v for k, v in self._all(_q("select_meta"))}
+        with self._lock:
+            raw["schema_version"] = str(self._schema_version())
+        return raw
+
+    def _read_layouts(self) -> list[Layout]:
+        marks = {int(f): int(m) for f, m in self._all(_q("select_marks"))}
+        return [Layout(int(f), int(n), int(c), marks.get(int(f), 0))
+                for f, n, c in self._all(_q("select_layouts"))]
+
+    def insert_layout(self, layout: Layout) -> bool:
+        with self._tx() as db:
+            cur = db.execute(_q("insert_layout"),
+                             (layout.from_bucket, layout.shard_count, layout.created_ms))
+            return cur.rowcount == 1
+
+    def insert_mark(self, from_bucket: int, mark_end: int) -> None:
+        with self._tx() as db:
+            db.execute(_q("insert_mark"), (from_bucket, mark_end))
+
+    def server_now_ms(self) -> int:
+        import time
+
+        return time.time_ns() // 1_000_000
+
+    # --- jobs --------------------------------------------------------------------------
+
+    def get(self, job_id: str) -> Job | None:
+        rows = self._all(_q("select_job"), (job_id,))
+        return job_from_row(rows[0]) if rows else None
+
+    def get_many(self, job_ids: Sequence[str]) -> dict[str, Job]:
+        out: dict[str, Job] = {}
+        for job_id in job_ids:
+            job = self.get(job_id)
+            if job is not None:
+                out[job_id] = job
+        return out
+
+    def read_bucket(self, bucket: int, shard: int, after: tuple[int, str] | None,
+                    until_ms: int, limit: int) -> list[Job]:
+        fire_ms, job_id = after if after is not None else (bucket * 1000 - 1, "")
+        rows = self._all(_q("select_bucket_rows"), (bucket, shard, fire_ms, job_id, until_ms, limit))
+        return [job_from_bucket_row(r) for r in rows]
+
+    def insert_many(self, jobs: Sequence[Job], progress: ProgressFn | None = None) -> None:
+        # One transaction per chunk: all-or-nothing per chunk, and fast.
+        chunk = 500
+        for i in range(0, len(jobs), chunk):
+            part = jobs[i:i + chunk]
+            with self._tx() as db:
+                db.executemany(_q("insert_bucket_row"), [bucket_params(j) for j in part])
+                db.executemany(_q("insert_job"), [job_params(j) for j in part])
+            if progress:
+                progress(len(part))
+
+    def move(self, old: Job, new: Job) -> None:
+        with self._tx() as db:
+            db.execute(_q("delete_bucket_row"), bucket_key(old))
+            db.execute(_q("insert_bucket_row"), bucket_params(new))
+            db.execute(_q("insert_job"), job_params(new))
+
+    def cancel(self, job: Job) -> None:
+        with self._tx() as db:
+            db.execute(_q("delete_bucket_row"), bucket_key(job))
+            db.execute(_q("set_job_status"), (str(Status.CANCELLED), job.job_id))
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._db.close()

@@ -1,0 +1,116 @@
+"""Fixtures for real servers.
+
+A server that cannot be reached skips the test locally and fails it when CI=true
+(dramatiq's pattern): CI must never go green by skipping everything.
+
+Environment: CASSANDRA_HOSTS (default 127.0.0.1), CASSANDRA_PORT (9042),
+ZOOKEEPER_HOSTS (127.0.0.1:2181).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from scheduler.clock import SystemClock
+from scheduler.store import SchemaOptions, Store, open_store
+
+CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+CASSANDRA_HOSTS = os.environ.get("CASSANDRA_HOSTS", "127.0.0.1")
+CASSANDRA_PORT = int(os.environ.get("CASSANDRA_PORT", "9042"))
+ZOOKEEPER_HOSTS = os.environ.get("ZOOKEEPER_HOSTS", "127.0.0.1:2181")
+
+
+def _reachable(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def require_server(name: str, host: str, port: int, start_hint: str) -> None:
+    if _reachable(host, port):
+        return
+    msg = f"{name} is not reachable at {host}:{port}; start it with {start_hint}"
+    if CI:
+        pytest.fail(msg + " (CI=true: a missing server fails the run)")
+    pytest.skip(msg)
+
+
+@pytest.fixture(scope="session")
+def cassandra_available() -> None:
+    require_server("Cassandra", CASSANDRA_HOSTS.split(",")[0], CASSANDRA_PORT, "ops/cassandra start")
+
+
+@pytest.fixture(scope="session")
+def zookeeper_available() -> None:
+    host, _, port = ZOOKEEPER_HOSTS.split(",")[0].partition(":")
+    require_server("ZooKeeper", host, int(port or 2181), "ops/zookeeper start")
+
+
+def cassandra_url(keyspace: str) -> str:
+    return f"cassandra://{CASSANDRA_HOSTS}:{CASSANDRA_PORT}/{keyspace}"
+
+
+@pytest.fixture
+def cassandra_keyspace(cassandra_available: None) -> Iterator[str]:
+    """A fresh keyspace name for this test, dropped afterwards."""
+    name = "t_" + uuid.uuid4().hex[:12]
+    yield name
+    from scheduler.store.cassandra import CassandraStore
+
+    admin = CassandraStore(cassandra_url(name))
+    try:
+        admin.session.execute(f"DROP KEYSPACE IF EXISTS {name}")
+    finally:
+        admin.close()
+
+
+def make_store(kind: str, request: Any, tmp_path: Any, options: SchemaOptions | None = None,
+               now_ms: int | None = None) -> Store:
+    """A store of ``kind`` with a fresh schema."""
+    if kind == "sqlite":
+        store = open_store(f"sqlite:///{tmp_path}/store.db")
+    else:
+        keyspace = request.getfixturevalue("cassandra_keyspace")
+        store = open_store(cassandra_url(keyspace))
+    store.apply_schema(options or SchemaOptions(),
+                       SystemClock().now_ms() if now_ms is None else now_ms)
+    return store
+
+
+@pytest.fixture(params=["sqlite", "cassandra"])
+def store_kind(request: Any) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def store(store_kind: str, request: Any, tmp_path: Any) -> Iterator[Store]:
+    """The contract fixture: the same test runs on the embedded store and on Cassandra."""
+    st = make_store(store_kind, request, tmp_path)
+    yield st
+    st.close()
+
+
+@pytest.fixture
+def zk_root(zookeeper_available: None) -> Iterator[str]:
+    """A fresh ZooKeeper root path for this test, deleted afterwards."""
+    from kazoo.client import KazooClient
+
+    root = f"/test-{uuid.uuid4().hex[:12]}"
+    yield root
+    zk = KazooClient(hosts=ZOOKEEPER_HOSTS)
+    zk.start(timeout=10)
+    try:
+        zk.delete(root, recursive=True)
+    except Exception:
+        pass
+    finally:
+        zk.stop()
+        zk.close()

@@ -1,0 +1,58 @@
+"""Store-level contract: schema management and the bucket read cursor."""
+
+from __future__ import annotations
+
+from scheduler.keys import bucket_of_ms
+from scheduler.model import Job
+from scheduler.store import SchemaOptions, Store
+
+T0_MS = 1_800_000_000_000
+
+
+def row(job_id: str, fire_ms: int, shard: int = 0) -> Job:
+    return Job(job_id=job_id, kind="k", payload=b"", payload_json=False, due_ms=fire_ms,
+               fire_ms=fire_ms, bucket=bucket_of_ms(fire_ms, 60), shard=shard)
+
+
+def test_apply_is_idempotent_and_keeps_settings(store: Store):
+    meta = store.meta()
+    res = store.apply_schema(SchemaOptions(shard_count=99), T0_MS + 10**9)
+    assert not res.created and res.from_version == res.to_version == 1
+    assert store.meta() == meta
+    assert [lay.shard_count for lay in store.layouts()] == [16]
+
+
+def test_read_bucket_cursor(store: Store):
+    b = bucket_of_ms(T0_MS, 60) * 1000
+    jobs = [row("a", b + 100), row("b", b + 100), row("c", b + 5_000), row("d", b + 59_999)]
+    store.insert_many(jobs)
+    bucket = jobs[0].bucket
+    got = store.read_bucket(bucket, 0, None, b + 5_000, 10)
+    assert [j.job_id for j in got] == ["a", "b", "c"]
+    assert store.read_bucket(bucket, 0, (b + 100, "a"), b + 60_000, 10)[0].job_id == "b"
+    assert [j.job_id for j in store.read_bucket(bucket, 0, (b + 5_000, "c"), b + 60_000, 10)] == ["d"]
+    assert [j.job_id for j in store.read_bucket(bucket, 0, None, b + 60_000, 2)] == ["a", "b"]
+    assert store.read_bucket(bucket, 1, None, b + 60_000, 10) == []
+    assert got[0] == jobs[0]
+
+
+def test_marks_only_grow(store: Store):
+    origin = store.layouts().latest.from_bucket
+    store.insert_mark(origin, 7200 + origin)
+    store.insert_mark(origin, 3600 + origin)
+    assert store.layouts().latest.mark_end == 7200 + origin
+
+
+def test_insert_layout_once(store: Store):
+    from scheduler.layout import Layout
+
+    lay = Layout(store.layouts().latest.from_bucket + 6000, 8, T0_MS)
+    assert store.insert_layout(lay) is True
+    assert store.insert_layout(Layout(lay.from_bucket, 32, T0_MS)) is False
+    assert [x.shard_count for x in store.layouts()] == [16, 8]
+
+
+def test_server_clock_is_close(store: Store):
+    import time
+
+    assert abs(store.server_now_ms() - time.time() * 1000) < 5_000

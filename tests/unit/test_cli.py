@@ -1,0 +1,113 @@
+"""The real CLI in a subprocess, on the embedded store (no servers)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def run(*args: str, store: str | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCHEDULER_")}
+    if store:
+        env["SCHEDULER_STORE"] = store
+    return subprocess.run([sys.executable, "-m", "scheduler", *args], capture_output=True,
+                          text=True, env=env, input=stdin, timeout=60)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path}/cli.db"
+    res = run("schema", "apply", "--json", store=url)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["version"] == 1
+    return url
+
+
+def test_schedule_get_cancel_reschedule(store):
+    res = run("schedule", "--id", "a", "--at", "2030-01-01T09:00:00+01:00", "--kind", "email",
+              "--payload", '{"to": "x"}', "--json", store=store)
+    assert res.returncode == 0, res.stderr
+    job = json.loads(res.stdout)
+    assert set(job) >= {"job_id", "kind", "due_at", "bucket", "shard", "status", "attempts", "fired_at"}
+    assert job["due_at"] == "2030-01-01T08:00:00+00:00" and job["status"] == "pending"
+    assert json.loads(run("get", "a", "--json", store=store).stdout) == job
+    moved = json.loads(run("reschedule", "a", "--at", "2031-01-01T00:00:00Z", "--json", store=store).stdout)
+    assert moved["due_at"] == "2031-01-01T00:00:00+00:00"
+    assert json.loads(run("cancel", "a", "--json", store=store).stdout)["cancelled"] is True
+    again = run("cancel", "a", store=store)
+    assert again.returncode == 1 and "no pending job" in again.stdout
+    assert json.loads(run("get", "a", "--json", store=store).stdout)["status"] == "cancelled"
+
+
+def test_human_output(store):
+    res = run("schedule", "--id", "h", "--at", "2030-01-01T00:00:00Z", "--kind", "k", store=store)
+    assert res.returncode == 0 and "pending" in res.stdout
+
+
+def test_load_and_shards(store, tmp_path):
+    lines = [json.dumps({"id": f"l{i}", "at": "2030-01-01T00:00:00Z", "kind": "k", "payload": i})
+             for i in range(300)]
+    (tmp_path / "jobs.jsonl").write_text("\n".join(lines) + "\n")
+    res = run("load", str(tmp_path / "jobs.jsonl"), "--json", store=store)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout) == {"loaded": 300}
+    assert json.loads(run("get", "l299", "--json", store=store).stdout)["status"] == "pending"
+    shards = json.loads(run("shards", "show", "--json", store=store).stdout)
+    assert shards["bucket_width_s"] == 60 and shards["layouts"][0]["shard_count"] == 16
+    res = run("shards", "resize", "--count", "32", "--at", "2029-01-01T00:00:00Z", "--json", store=store)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["shard_count"] == 32
+    tbl = run("shards", "show", store=store)
+    assert "32" in tbl.stdout
+
+
+BAD = [
+    (["schedule", "--id", "x", "--at", "next tuesday", "--kind", "k"], "cannot parse time"),
+    (["schedule", "--id", "x", "--at", "2030-01-01T00:00:00", "--kind", "k"], "no UTC offset"),
+    (["schedule", "--id", "", "--at", "2030-01-01T00:00:00Z", "--kind", "k"], "non-empty"),
+    (["schedule", "--id", "x", "--at", "2030-01-01T00:00:00Z", "--kind", "k",
+      "--payload", json.dumps("x" * 70_000)], "limit is 65536"),
+    (["schedule", "--id", "x", "--at", "2030-01-01T00:00:00Z", "--kind", "k", "--payload", "{bad"],
+     "not valid JSON"),
+    (["shards", "resize", "--count", "8", "--at", "2020-01-01T00:00:00Z"], "earliest allowed cutover"),
+    (["shards", "resize", "--count", "0", "--at", "2030-01-01T00:00:00Z"], "shard count"),
+]
+
+
+@pytest.mark.parametrize("args,message", BAD, ids=[m for _, m in BAD])
+def test_bad_input_is_one_line_and_writes_nothing(store, args, message):
+    res = run(*args, store=store)
+    assert res.returncode != 0
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], res.stderr
+    assert run("get", "x", store=store).returncode == 1
+    shards = json.loads(run("shards", "show", "--json", store=store).stdout)
+    assert len(shards["layouts"]) == 1
+
+
+@pytest.mark.parametrize("url,message", [
+    ("redis://localhost/0", "unknown store URL"),
+    ("sqlite:///no/such/folder/x.db", "does not exist"),
+    ("cassandra://127.0.0.1:1/ks", "cannot reach Cassandra"),
+    ("cassandra://127.0.0.1/bad-name", "keyspace name"),
+])
+def test_bad_or_unreachable_store(url, message):
+    res = run("schedule", "--id", "x", "--at", "2030-01-01T00:00:00Z", "--kind", "k", "--store", url)
+    assert res.returncode == 1
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], res.stderr
+
+
+def test_no_store_given():
+    res = run("get", "x")
+    assert res.returncode == 1 and "pass --store URL or set SCHEDULER_STORE" in res.stderr
+
+
+def test_schema_missing_is_explained(tmp_path):
+    res = run("get", "x", store=f"sqlite:///{tmp_path}/empty.db")
+    assert res.returncode == 1 and "scheduler schema apply" in res.stderr
