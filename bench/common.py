@@ -1,0 +1,45 @@
+"""Helpers shared by the benchmarks: a fresh keyspace, timing, machine facts."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from scheduler.clock import SystemClock
+from scheduler.store import SchemaOptions
+from scheduler.store.cassandra import CassandraStore
+
+
+def fresh_store(host: str, prefix: str, shards: int = 16) -> CassandraStore:
+    keyspace = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    store = CassandraStore(f"cassandra://{host}/{keyspace}", concurrency=128)
+    store.apply_schema(SchemaOptions(shard_count=shards), SystemClock().now_ms())
+    return store
+
+
+def drop(store: CassandraStore) -> None:
+    store.session.execute(f"DROP KEYSPACE IF EXISTS {store.keyspace}")
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def machine() -> dict[str, Any]:
+    return {"cpus": os.cpu_count(), "python": platform.python_version(),
+            "platform": platform.platform()}
+
+
+def report(result: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(result, sort_keys=True))
+    else:
+        for key, value in result.items():
+            print(f"{key:>22}: {value}")
