@@ -134,7 +134,7 @@ class Client:
         fire_ms = max(due_ms + jitter_ms(job_id, jitter_s), now + self._meta.late_margin_ms)
         bucket = bucket_of_ms(fire_ms, self._meta.bucket_width_s)
         layout = self.layouts().write_layout(bucket)
-        return Job(job_id=job_id, kind=kind, payload=payload, payload_json=is_json, due_ms=due_ms,
+        return Job(job_id=job_id, kind=kind, data=payload, data_json=is_json, due_ms=due_ms,
                    fire_ms=fire_ms, bucket=bucket, shard=shard_of(job_id, layout.shard_count))
 
     def _ensure_marks(self, jobs: Iterable[Job]) -> None:
@@ -225,7 +225,7 @@ class Client:
         check_job_id(job_id)
         due_ms = check_due(due_at)
         old = self.get(job_id)
-        new = self._place(job_id, old.kind, old.payload, old.payload_json, due_ms, jitter_s, None)
+        new = self._place(job_id, old.kind, old.data, old.data_json, due_ms, jitter_s, None)
         if old.status is Status.PENDING and old.due_ms == due_ms:
             return old
         new = new.evolve(attempts=old.attempts, fired_ms=old.fired_ms, last_error=old.last_error)

@@ -39,8 +39,9 @@ class Job:
 
     job_id: str
     kind: str
-    payload: bytes
-    payload_json: bool
+    # The payload as stored: JSON text when ``data_json``, else the caller's bytes.
+    data: bytes
+    data_json: bool
     due_ms: int
     fire_ms: int
     bucket: int
@@ -67,9 +68,10 @@ class Job:
         """The attempt a handler sees: 1 for the first try."""
         return self.attempts + 1
 
-    def value(self) -> Any:
+    @property
+    def payload(self) -> Any:
         """The payload as given to ``schedule``: bytes, or the decoded JSON value."""
-        return json.loads(self.payload) if self.payload_json else self.payload
+        return json.loads(self.data) if self.data_json else self.data
 
     def evolve(self, **changes: Any) -> Job:
         return replace(self, **changes)

@@ -51,3 +51,42 @@ FROM jobs_by_bucket
 WHERE bucket = ? AND shard = ? AND (fire_at, job_id) > (?, ?) AND fire_at <= ?
 ORDER BY fire_at, job_id
 LIMIT ?;
+
+-- name: select_checkpoint
+SELECT bucket, cursor_fire_at, cursor_job_id, owner, owner_epoch FROM checkpoints WHERE shard = ?;
+
+-- name: select_checkpoints
+SELECT shard, bucket, cursor_fire_at, cursor_job_id, owner, owner_epoch, updated_at FROM checkpoints;
+
+-- name: create_checkpoint
+INSERT OR IGNORE INTO checkpoints (shard, bucket, owner, owner_epoch, updated_at) VALUES (?, ?, ?, ?, ?);
+
+-- name: claim_checkpoint
+UPDATE checkpoints SET owner = ?, owner_epoch = ?, updated_at = ? WHERE shard = ? AND owner_epoch < ?;
+
+-- name: save_checkpoint
+UPDATE checkpoints SET bucket = ?, cursor_fire_at = ?, cursor_job_id = ?, updated_at = ?
+WHERE shard = ? AND owner_epoch = ? AND bucket <= ?;
+
+-- name: release_checkpoint
+UPDATE checkpoints SET owner = NULL, updated_at = ? WHERE shard = ? AND owner_epoch = ?;
+
+-- name: record_fired
+UPDATE jobs SET status = 'fired', fired_at = ?, attempts = ? WHERE job_id = ?;
+
+-- name: record_retry
+UPDATE jobs SET status = 'pending', fire_at = ?, bucket = ?, shard = ?, attempts = ?, last_error = ?
+WHERE job_id = ?;
+
+-- name: record_dead
+UPDATE jobs SET status = 'dead', attempts = ?, last_error = ? WHERE job_id = ?;
+
+-- name: insert_dead_letter
+INSERT OR REPLACE INTO dead_letters (part, job_id, kind, due_at, attempts, error, died_at)
+VALUES (?, ?, ?, ?, ?, ?, ?);
+
+-- name: select_dead_letters
+SELECT job_id, kind, due_at, attempts, error, died_at FROM dead_letters WHERE part = ?;
+
+-- name: delete_dead_letter
+DELETE FROM dead_letters WHERE part = ? AND job_id = ?;

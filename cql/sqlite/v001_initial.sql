@@ -39,9 +39,21 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE TABLE IF NOT EXISTS checkpoints (
     shard INTEGER PRIMARY KEY,
     bucket INTEGER NOT NULL,
+    cursor_fire_at INTEGER,
+    cursor_job_id TEXT,
     owner TEXT,
     owner_epoch INTEGER NOT NULL,
     updated_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS dead_letters (
+    part INTEGER NOT NULL,
+    job_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    due_at INTEGER NOT NULL,
+    attempts INTEGER NOT NULL,
+    error TEXT,
+    died_at INTEGER NOT NULL,
+    PRIMARY KEY (part, job_id)
 );
 CREATE TABLE IF NOT EXISTS schema_versions (
     version INTEGER PRIMARY KEY,

@@ -15,6 +15,7 @@ from ..errors import SchemaError
 from ..keys import DEFAULT_BUCKET_WIDTH_S, DEFAULT_SHARD_COUNT
 from ..layout import Layout, Layouts
 from ..model import Job
+from ..progress import Checkpoint, Key
 
 SCHEMA_VERSION = 1
 
@@ -56,6 +57,29 @@ class SchemaResult:
 
 
 ProgressFn = Callable[[int], None]
+DEAD_LETTER_PARTS = 16
+
+
+@dataclass(frozen=True)
+class ShardCheckpoint:
+    """A shard's persisted checkpoint and current owner, for views and exporters."""
+
+    shard: int
+    drained: int
+    done_cursor: Key | None
+    owner: str | None
+    owner_epoch: int
+    updated_ms: int | None
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    job_id: str
+    kind: str
+    due_ms: int
+    attempts: int
+    error: str | None
+    died_ms: int
 
 
 class Store(ABC):
@@ -144,6 +168,49 @@ class Store(ABC):
     @abstractmethod
     def cancel(self, job: Job) -> None:
         """Delete the job's bucket row and mark it cancelled, atomically."""
+
+    # --- pollers ---------------------------------------------------------------------
+
+    @abstractmethod
+    def claim_shard(self, shard: int, owner: str, epoch: int, initial_drained: int,
+                    now_ms: int) -> Checkpoint:
+        """Take ownership of ``shard`` with fencing token ``epoch`` and return its checkpoint
+        (creating it at ``initial_drained`` when absent). Raises ``OwnershipLost`` when a
+        holder with a larger epoch exists. Re-claiming with the same epoch is a no-op."""
+
+    @abstractmethod
+    def save_checkpoint(self, shard: int, epoch: int, checkpoint: Checkpoint, now_ms: int) -> None:
+        """Persist a checkpoint if ``epoch`` still owns the shard; it never moves backwards.
+        Raises ``OwnershipLost`` when another owner took over (nothing is written)."""
+
+    @abstractmethod
+    def release_shard(self, shard: int, epoch: int, now_ms: int) -> None:
+        """Clear the owner if ``epoch`` still owns the shard (best effort, idempotent)."""
+
+    @abstractmethod
+    def checkpoints(self) -> list[ShardCheckpoint]:
+        """Every shard's checkpoint row."""
+
+    @abstractmethod
+    def record_fired(self, jobs: Sequence[Job], fired_ms: int) -> None:
+        """Mark jobs fired (attempts = job.attempts + 1). Plain writes: a lost update
+        leaves the status stale, never the job re-fired (the checkpoint decides that)."""
+
+    @abstractmethod
+    def record_retry(self, old: Job, new: Job, error: str) -> None:
+        """Write the retry's bucket row and point the lookup row at it, atomically."""
+
+    @abstractmethod
+    def record_dead(self, job: Job, error: str, now_ms: int) -> None:
+        """Mark the job dead and add it to the dead letters, atomically."""
+
+    @abstractmethod
+    def dead_letters(self) -> list[DeadLetter]:
+        """Every dead letter."""
+
+    @abstractmethod
+    def delete_dead_letter(self, job_id: str) -> None:
+        """Remove a dead letter (after a replay)."""
 
     @abstractmethod
     def close(self) -> None:

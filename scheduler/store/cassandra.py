@@ -17,11 +17,28 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from .. import queries
-from ..errors import ConfigError, SchedulerError, SchemaError, StoreUnavailable, WriteTimeout
-from ..keys import bucket_of_ms, to_ms
+from ..errors import (
+    ConfigError,
+    OwnershipLost,
+    SchedulerError,
+    SchemaError,
+    StoreUnavailable,
+    WriteTimeout,
+)
+from ..keys import bucket_of_ms, job_hash, to_ms
 from ..layout import Layout
 from ..model import Job, Status
-from .base import SCHEMA_VERSION, ProgressFn, SchemaOptions, SchemaResult, Store
+from ..progress import Checkpoint
+from .base import (
+    DEAD_LETTER_PARTS,
+    SCHEMA_VERSION,
+    DeadLetter,
+    ProgressFn,
+    SchemaOptions,
+    SchemaResult,
+    ShardCheckpoint,
+    Store,
+)
 from .rows import (
     bucket_key,
     bucket_params,
@@ -295,7 +312,7 @@ class CassandraStore(Store):
         for group in by_partition.values():
             size = BATCH_BYTES + 1
             for job in group:
-                row_size = len(job.payload) + len(job.job_id) + len(job.kind) + 64
+                row_size = len(job.data) + len(job.job_id) + len(job.kind) + 64
                 if size + row_size > BATCH_BYTES or len(chunks[-1]) >= BATCH_ROWS:
                     chunks.append([])
                     size = 0
@@ -354,6 +371,94 @@ class CassandraStore(Store):
             ("delete_bucket_row", bucket_key(job)),
             ("set_job_status", (str(Status.CANCELLED), job.job_id)),
         ])
+
+    # --- pollers -----------------------------------------------------------------------
+
+    def _lwt(self, name: str, params: Sequence[Any], what: str) -> tuple[bool, dict[str, Any]]:
+        """Run a lightweight transaction; ``(applied, current values when not applied)``.
+
+        A timeout leaves the outcome unknown; callers re-read at SERIAL to learn it.
+        """
+        try:
+            rs = self.session.execute(self.prepared(name), params)
+        except Exception as exc:
+            raise translate(exc, what) from exc
+        row = rs.one()
+        values = dict(zip(rs.column_names, row, strict=False))
+        return bool(values.pop("[applied]")), values
+
+    def _serial_checkpoint(self, shard: int) -> tuple[Any, ...] | None:
+        from cassandra import ConsistencyLevel
+
+        bound = self.prepared("select_checkpoint").bind((shard,))
+        bound.consistency_level = ConsistencyLevel.LOCAL_SERIAL
+        try:
+            return self.session.execute(bound).one()  # type: ignore[no-any-return]
+        except Exception as exc:
+            raise translate(exc, f"reading checkpoint of shard {shard}") from exc
+
+    def claim_shard(self, shard: int, owner: str, epoch: int, initial_drained: int,
+                    now_ms: int) -> Checkpoint:
+        what = f"claiming shard {shard}"
+        created, _ = self._lwt("create_checkpoint", (shard, initial_drained, owner, epoch, now_ms), what)
+        if not created:
+            self._lwt("claim_checkpoint", (owner, epoch, now_ms, shard, epoch), what)
+        row = self._serial_checkpoint(shard)
+        if row is None:
+            raise OwnershipLost(f"shard {shard}: checkpoint row vanished while claiming")
+        bucket, fire, job_id, holder, held_epoch = row
+        if held_epoch != epoch:
+            raise OwnershipLost(f"shard {shard} is held by {holder} with a newer epoch {held_epoch}")
+        return Checkpoint(int(bucket), None if fire is None else (dt_ms(fire), job_id))
+
+    def save_checkpoint(self, shard: int, epoch: int, checkpoint: Checkpoint, now_ms: int) -> None:
+        fire, job_id = checkpoint.done_cursor or (None, None)
+        applied, current = self._lwt(
+            "save_checkpoint",
+            (checkpoint.drained, fire, job_id, now_ms, shard, epoch, checkpoint.drained),
+            f"saving checkpoint of shard {shard}")
+        if not applied and current.get("owner_epoch") != epoch:
+            raise OwnershipLost(
+                f"shard {shard}: checkpoint refused, epoch {epoch} no longer owns it "
+                f"(owner epoch {current.get('owner_epoch')})")
+
+    def release_shard(self, shard: int, epoch: int, now_ms: int) -> None:
+        self._lwt("release_checkpoint", (now_ms, shard, epoch), f"releasing shard {shard}")
+
+    def checkpoints(self) -> list[ShardCheckpoint]:
+        return [ShardCheckpoint(int(sh), int(b), None if f is None else (dt_ms(f), j), o, int(e),
+                                None if u is None else dt_ms(u))
+                for sh, b, f, j, o, e, u in self.run("select_checkpoints")]
+
+    def record_fired(self, jobs: Sequence[Job], fired_ms: int) -> None:
+        stmt = self.prepared("record_fired")
+        self._concurrent([(stmt, (fired_ms, j.attempts + 1, j.job_id)) for j in jobs],
+                         f"recording {len(jobs)} fired jobs")
+
+    def record_retry(self, old: Job, new: Job, error: str) -> None:
+        self._batch(f"scheduling a retry of {new.job_id!r}", [
+            ("insert_bucket_row", bucket_params(new)),
+            ("record_retry", (new.fire_ms, new.bucket, new.shard, new.attempts, error, new.job_id)),
+        ])
+
+    def record_dead(self, job: Job, error: str, now_ms: int) -> None:
+        self._batch(f"dead-lettering {job.job_id!r}", [
+            ("record_dead", (job.attempts + 1, error, job.job_id)),
+            ("insert_dead_letter", (job_hash(job.job_id) % DEAD_LETTER_PARTS, job.job_id, job.kind,
+                                    job.due_ms, job.attempts + 1, error, now_ms)),
+        ])
+
+    def dead_letters(self) -> list[DeadLetter]:
+        stmt = self.prepared("select_dead_letters")
+        out: list[DeadLetter] = []
+        parts = [(stmt, (p,)) for p in range(DEAD_LETTER_PARTS)]
+        for rows in self._concurrent(parts, "reading dead letters"):
+            out.extend(DeadLetter(j, k, dt_ms(d), int(a), e, dt_ms(t)) for j, k, d, a, e, t in rows)
+        return out
+
+    def delete_dead_letter(self, job_id: str) -> None:
+        self.run("delete_dead_letter", (job_hash(job_id) % DEAD_LETTER_PARTS, job_id),
+                 f"removing dead letter {job_id!r}")
 
     def release_version(self) -> str:
         return str(self.run("release_version")[0][0])

@@ -13,14 +13,14 @@ def job_from_row(row: Any, to_ms: Any = int) -> Job:
      fired_at, last_error) = row
     return Job(
         job_id=job_id,
-        kind=kind,
-        payload=bytes(payload or b""),
-        payload_json=bool(payload_json),
-        due_ms=to_ms(due_at),
-        fire_ms=to_ms(fire_at),
-        bucket=int(bucket),
-        shard=int(shard),
-        status=Status(status),
+        kind=kind or "",
+        data=bytes(payload or b""),
+        data_json=bool(payload_json),
+        due_ms=0 if due_at is None else to_ms(due_at),
+        fire_ms=0 if fire_at is None else to_ms(fire_at),
+        bucket=int(bucket or 0),
+        shard=int(shard or 0),
+        status=Status(status or "pending"),
         attempts=int(attempts or 0),
         fired_ms=None if fired_at is None else to_ms(fired_at),
         last_error=last_error,
@@ -30,14 +30,14 @@ def job_from_row(row: Any, to_ms: Any = int) -> Job:
 def job_from_bucket_row(row: Any, to_ms: Any = int) -> Job:
     """Build a pending Job from ``select_bucket_rows``'s column order."""
     bucket, shard, fire_at, job_id, due_at, kind, payload, payload_json, attempts = row
-    return Job(job_id=job_id, kind=kind, payload=bytes(payload or b""),
-               payload_json=bool(payload_json), due_ms=to_ms(due_at), fire_ms=to_ms(fire_at),
+    return Job(job_id=job_id, kind=kind, data=bytes(payload or b""),
+               data_json=bool(payload_json), due_ms=to_ms(due_at), fire_ms=to_ms(fire_at),
                bucket=int(bucket), shard=int(shard), attempts=int(attempts or 0))
 
 
 def job_params(job: Job, ts: Any = int) -> tuple[Any, ...]:
     """Parameters of ``insert_job``; ``ts`` converts epoch ms to the store's type."""
-    return (job.job_id, job.kind, job.payload, job.payload_json, ts(job.due_ms),
+    return (job.job_id, job.kind, job.data, job.data_json, ts(job.due_ms),
             ts(job.fire_ms), job.bucket, job.shard, str(job.status), job.attempts,
             None if job.fired_ms is None else ts(job.fired_ms), job.last_error)
 
@@ -45,7 +45,7 @@ def job_params(job: Job, ts: Any = int) -> tuple[Any, ...]:
 def bucket_params(job: Job, ts: Any = int) -> tuple[Any, ...]:
     """Parameters of ``insert_bucket_row``."""
     return (job.bucket, job.shard, ts(job.fire_ms), job.job_id, ts(job.due_ms), job.kind,
-            job.payload, job.payload_json, job.attempts)
+            job.data, job.data_json, job.attempts)
 
 
 def bucket_key(job: Job, ts: Any = int) -> tuple[Any, ...]:

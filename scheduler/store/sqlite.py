@@ -15,11 +15,21 @@ from pathlib import Path
 from typing import Any
 
 from .. import queries
-from ..errors import ConfigError, SchemaError, StoreUnavailable
-from ..keys import bucket_of_ms
+from ..errors import ConfigError, OwnershipLost, SchemaError, StoreUnavailable
+from ..keys import bucket_of_ms, job_hash
 from ..layout import Layout
 from ..model import Job, Status
-from .base import SCHEMA_VERSION, ProgressFn, SchemaOptions, SchemaResult, Store
+from ..progress import Checkpoint
+from .base import (
+    DEAD_LETTER_PARTS,
+    SCHEMA_VERSION,
+    DeadLetter,
+    ProgressFn,
+    SchemaOptions,
+    SchemaResult,
+    ShardCheckpoint,
+    Store,
+)
 from .rows import (
     bucket_key,
     bucket_params,
@@ -184,6 +194,65 @@ class SqliteStore(Store):
         with self._tx() as db:
             db.execute(_q("delete_bucket_row"), bucket_key(job))
             db.execute(_q("set_job_status"), (str(Status.CANCELLED), job.job_id))
+
+    # --- pollers -----------------------------------------------------------------------
+
+    def claim_shard(self, shard: int, owner: str, epoch: int, initial_drained: int,
+                    now_ms: int) -> Checkpoint:
+        with self._tx() as db:
+            db.execute(_q("create_checkpoint"), (shard, initial_drained, owner, epoch, now_ms))
+            db.execute(_q("claim_checkpoint"), (owner, epoch, now_ms, shard, epoch))
+            bucket, fire, job_id, holder, held_epoch = db.execute(_q("select_checkpoint"),
+                                                                  (shard,)).fetchone()
+        if held_epoch != epoch:
+            raise OwnershipLost(f"shard {shard} is held by {holder} with a newer epoch {held_epoch}")
+        return Checkpoint(int(bucket), None if fire is None else (int(fire), job_id))
+
+    def save_checkpoint(self, shard: int, epoch: int, checkpoint: Checkpoint, now_ms: int) -> None:
+        fire, job_id = checkpoint.done_cursor or (None, None)
+        with self._tx() as db:
+            cur = db.execute(_q("save_checkpoint"), (checkpoint.drained, fire, job_id, now_ms, shard,
+                                                     epoch, checkpoint.drained))
+            if cur.rowcount == 1:
+                return
+            row = db.execute(_q("select_checkpoint"), (shard,)).fetchone()
+        if row is None or row[4] != epoch:
+            raise OwnershipLost(f"shard {shard}: checkpoint refused, epoch {epoch} no longer owns it")
+
+    def release_shard(self, shard: int, epoch: int, now_ms: int) -> None:
+        with self._tx() as db:
+            db.execute(_q("release_checkpoint"), (now_ms, shard, epoch))
+
+    def checkpoints(self) -> list[ShardCheckpoint]:
+        return [ShardCheckpoint(int(sh), int(b), None if f is None else (int(f), j), o, int(e), u)
+                for sh, b, f, j, o, e, u in self._all(_q("select_checkpoints"))]
+
+    def record_fired(self, jobs: Sequence[Job], fired_ms: int) -> None:
+        with self._tx() as db:
+            db.executemany(_q("record_fired"), [(fired_ms, j.attempts + 1, j.job_id) for j in jobs])
+
+    def record_retry(self, old: Job, new: Job, error: str) -> None:
+        with self._tx() as db:
+            db.execute(_q("insert_bucket_row"), bucket_params(new))
+            db.execute(_q("record_retry"), (new.fire_ms, new.bucket, new.shard, new.attempts, error,
+                                            new.job_id))
+
+    def record_dead(self, job: Job, error: str, now_ms: int) -> None:
+        with self._tx() as db:
+            db.execute(_q("record_dead"), (job.attempts + 1, error, job.job_id))
+            db.execute(_q("insert_dead_letter"), (job_hash(job.job_id) % DEAD_LETTER_PARTS, job.job_id,
+                                                  job.kind, job.due_ms, job.attempts + 1, error, now_ms))
+
+    def dead_letters(self) -> list[DeadLetter]:
+        out: list[DeadLetter] = []
+        for part in range(DEAD_LETTER_PARTS):
+            out.extend(DeadLetter(j, k, int(d), int(a), e, int(t))
+                       for j, k, d, a, e, t in self._all(_q("select_dead_letters"), (part,)))
+        return out
+
+    def delete_dead_letter(self, job_id: str) -> None:
+        with self._tx() as db:
+            db.execute(_q("delete_dead_letter"), (job_hash(job_id) % DEAD_LETTER_PARTS, job_id))
 
     def close(self) -> None:
         with self._lock:

@@ -45,20 +45,20 @@ def test_schedule_places_and_stores(client, store):
     assert job.status is Status.PENDING and job.attempts == 0
     got = client.get("job-1")
     assert got == job
-    assert got.value() == {"to": "a@example.com"}
+    assert got.payload == {"to": "a@example.com"}
     assert bucket_ids(store, job) == ["job-1"]
 
 
 def test_bytes_payload_round_trips(client):
     client.schedule("bin", T0 + timedelta(hours=1), "blob", b"\x00\xff")
-    assert client.get("bin").value() == b"\x00\xff"
+    assert client.get("bin").payload == b"\x00\xff"
 
 
 def test_same_id_same_due_changes_nothing(client, store):
     due = T0 + timedelta(hours=1)
     first = client.schedule("idem", due, "email", {"v": 1})
     again = client.schedule("idem", due, "email", {"v": 2})
-    assert again == first and client.get("idem").value() == {"v": 1}
+    assert again == first and client.get("idem").payload == {"v": 1}
     assert bucket_ids(store, first) == ["idem"]
 
 
@@ -68,7 +68,7 @@ def test_same_id_new_due_is_a_reschedule(client, store):
     assert second.due_at == T0 + timedelta(hours=2)
     assert bucket_ids(store, first) == []
     assert bucket_ids(store, second) == ["move"]
-    assert client.get("move").value() == {"v": 2}
+    assert client.get("move").payload == {"v": 2}
 
 
 def test_late_write_goes_ahead_of_every_reader(client, store, clock):
@@ -103,7 +103,7 @@ def test_cancel(client, store):
 def test_reschedule(client, store):
     old = client.schedule("r1", T0 + timedelta(hours=1), "email", {"k": 1})
     new = client.reschedule("r1", T0 + timedelta(hours=5))
-    assert new.due_at == T0 + timedelta(hours=5) and new.value() == {"k": 1}
+    assert new.due_at == T0 + timedelta(hours=5) and new.payload == {"k": 1}
     assert bucket_ids(store, old) == [] and bucket_ids(store, new) == ["r1"]
     with pytest.raises(JobNotFound):
         client.reschedule("missing", T0 + timedelta(hours=1))
@@ -129,7 +129,7 @@ def test_schedule_many_and_progress(client, store):
     seen: list[int] = []
     jobs = client.schedule_many(specs, progress=seen.append)
     assert len(jobs) == 1200 and sum(seen) == 1200
-    assert client.get("bulk-777").value() == {"i": 777}
+    assert client.get("bulk-777").payload == {"i": 777}
     total = sum(len(store.read_bucket(b, s, None, 2**62, 10_000))
                 for b in {j.bucket for j in jobs} for s in range(16))
     assert total == 1200

@@ -10,7 +10,7 @@ T0_MS = 1_800_000_000_000
 
 
 def row(job_id: str, fire_ms: int, shard: int = 0) -> Job:
-    return Job(job_id=job_id, kind="k", payload=b"", payload_json=False, due_ms=fire_ms,
+    return Job(job_id=job_id, kind="k", data=b"", data_json=False, due_ms=fire_ms,
                fire_ms=fire_ms, bucket=bucket_of_ms(fire_ms, 60), shard=shard)
 
 

@@ -1,0 +1,103 @@
+"""The in-memory release queue: prefetched jobs wait here until due, then leave oldest
+first within the release-rate bounds. Pure: no threads, no I/O, clocks passed in.
+
+A job leaves only when ``now_ms >= job.fire_ms`` by the poller's wall clock, so it never
+fires early by that clock. A shard over its own rate parks its due jobs in a per-shard
+queue, so one busy shard cannot hold back the others.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import deque
+from collections.abc import Callable
+
+from .model import Job
+from .ratelimit import TokenBucket
+
+
+class ReleaseQueue:
+    def __init__(self, poller_rate: float | None = None, shard_rate: float | None = None,
+                 monotonic: Callable[[], float] | None = None) -> None:
+        self._heap: list[tuple[int, int, Job]] = []
+        self._seq = itertools.count()
+        self._poller = TokenBucket(poller_rate, monotonic=monotonic)
+        self._shard_rate = shard_rate
+        self._mono = monotonic
+        self._shard_buckets: dict[int, TokenBucket] = {}
+        # Due jobs of shards over their rate, in release order.
+        self._parked: dict[int, deque[Job]] = {}
+        self.throttled = 0  # how many times a due job had to wait for a token
+
+    def __len__(self) -> int:
+        return len(self._heap) + sum(len(q) for q in self._parked.values())
+
+    def push(self, job: Job) -> None:
+        heapq.heappush(self._heap, (job.fire_ms, next(self._seq), job))
+
+    def _shard_bucket(self, shard: int) -> TokenBucket:
+        tb = self._shard_buckets.get(shard)
+        if tb is None:
+            tb = self._shard_buckets[shard] = TokenBucket(self._shard_rate, monotonic=self._mono)
+        return tb
+
+    def pop_ready(self, now_ms: int, max_n: int) -> list[Job]:
+        """Up to ``max_n`` due jobs that the rate bounds allow, oldest first."""
+        out: list[Job] = []
+        # Parked jobs are older than anything still in the heap: they go first.
+        for shard in list(self._parked):
+            queue = self._parked[shard]
+            tb = self._shard_bucket(shard)
+            while queue and len(out) < max_n and tb.try_take():
+                if not self._poller.try_take():
+                    tb.give_back()
+                    self.throttled += 1
+                    return out
+                out.append(queue.popleft())
+            if not queue:
+                del self._parked[shard]
+        while self._heap and len(out) < max_n and self._heap[0][0] <= now_ms:
+            job = self._heap[0][2]
+            if self._shard_rate is not None and (job.shard in self._parked
+                                                 or not self._shard_bucket(job.shard).try_take()):
+                heapq.heappop(self._heap)
+                self._parked.setdefault(job.shard, deque()).append(job)
+                self.throttled += 1
+                continue
+            if not self._poller.try_take():
+                if self._shard_rate is not None:
+                    self._shard_bucket(job.shard).give_back()
+                self.throttled += 1
+                break
+            heapq.heappop(self._heap)
+            out.append(job)
+        return out
+
+    def next_wake_s(self, now_ms: int) -> float:
+        """How long the releasing thread may sleep before something could be ready."""
+        waits = []
+        if self._parked:
+            waits.append(min(self._shard_bucket(s).wait_s() for s in self._parked))
+            waits.append(self._poller.wait_s())
+        if self._heap:
+            due_in = max(0.0, (self._heap[0][0] - now_ms) / 1000)
+            waits.append(max(due_in, self._poller.wait_s()))
+        return min(waits) if waits else 3600.0
+
+    def discard_shard(self, shard: int) -> list[Job]:
+        """Remove and return every job of ``shard`` (its ownership was lost)."""
+        dropped = [e[2] for e in self._heap if e[2].shard == shard]
+        if dropped:
+            self._heap = [e for e in self._heap if e[2].shard != shard]
+            heapq.heapify(self._heap)
+        dropped.extend(self._parked.pop(shard, ()))
+        return dropped
+
+    def drain(self) -> list[Job]:
+        """Remove and return everything (shutdown)."""
+        out = [e[2] for e in self._heap]
+        for q in self._parked.values():
+            out.extend(q)
+        self._heap, self._parked = [], {}
+        return out
