@@ -1,0 +1,45 @@
+"""Prometheus metrics of one poller, in a registry of its own (several pollers can live
+in one process, as in the demo). ``serve`` exposes them over HTTP."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
+
+
+class PollerMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        r = self.registry = registry or CollectorRegistry()
+        self.fired = Counter("scheduler_jobs_fired", "Jobs fired, by kind", ["kind"], registry=r)
+        self.lateness = Histogram("scheduler_fire_lateness_seconds",
+                                  "Handler start minus due time", buckets=LATENESS_BUCKETS, registry=r)
+        self.handler_errors = Counter("scheduler_handler_errors", "Handler exceptions", ["kind"],
+                                      registry=r)
+        self.retries = Counter("scheduler_retries", "Jobs scheduled for a retry", ["kind"], registry=r)
+        self.dead = Counter("scheduler_dead_letters", "Jobs dead-lettered", ["kind"], registry=r)
+        self.poll_duration = Histogram("scheduler_poll_duration_seconds", "One poll of all owned shards",
+                                       registry=r)
+        self.rows_read = Counter("scheduler_rows_read", "Bucket rows read", registry=r)
+        self.owned_shards = Gauge("scheduler_owned_shards", "Shards this poller owns", registry=r)
+        self.checkpoint_lag = Gauge("scheduler_checkpoint_lag_seconds",
+                                    "Now minus the end of the last drained bucket", ["shard"], registry=r)
+        self.rebalances = Counter("scheduler_rebalances", "Changes of this poller's shard set",
+                                  registry=r)
+        self.fencing_refusals = Counter("scheduler_fencing_refusals",
+                                        "Checkpoint writes refused because ownership moved", registry=r)
+        self.clock_skew = Gauge("scheduler_clock_skew_seconds", "Store clock minus poller clock",
+                                registry=r)
+        self.clock_refusing = Gauge("scheduler_clock_refusing",
+                                    "1 while firing is refused for clock skew", registry=r)
+        self.throttled = Counter("scheduler_release_throttled",
+                                 "Due jobs held back by the release-rate bound", registry=r)
+        self.buffered = Gauge("scheduler_buffered_jobs", "Jobs read and not yet complete", registry=r)
+
+
+def serve(metrics: PollerMetrics, address: str) -> None:
+    """Serve ``/metrics`` on ``host:port`` (127.0.0.1 unless told otherwise)."""
+    from prometheus_client import start_http_server
+
+    host, _, port = address.rpartition(":")
+    start_http_server(int(port), addr=host or "127.0.0.1", registry=metrics.registry)

@@ -1,0 +1,476 @@
+"""The poller: drains its shards from their checkpoints and fires every due job.
+
+Threads and their jobs:
+
+- the *poll* loop (``run``): every poll interval, for each owned shard, reads the bucket
+  after its checkpoint from its cursor up to ``now + prefetch``, oldest bucket first, and
+  puts the rows in the release queue; then saves each shard's checkpoint (a fenced LWT,
+  only when it moved);
+- the *releaser*: sleeps until the oldest queued job is due by the wall clock, then hands
+  it to a worker, within the release-rate bounds and the concurrency limit;
+- *workers* (``concurrency`` threads): run the handler;
+- the *recorder*: writes outcomes (fired, retry, dead) in batches, then marks the rows
+  complete so the checkpoint can pass them.
+
+State machine of a shard: claimed (checkpoint read, epoch written) -> draining ->
+released (planned: in-flight rows finished and checkpointed) or lost (a fenced write was
+refused: its queued rows are dropped, nothing more is checkpointed or released for it).
+
+Guarantees: a job is never handed to a handler before its fire time by the poller's
+clock (and fire time >= due time). A row becomes complete only after its outcome is
+recorded, and the checkpoint never passes an incomplete row, so a crash re-fires at most
+the rows that were read and not yet recorded (the in-flight bound).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import random
+import threading
+import uuid
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from .clock import Clock, SystemClock
+from .dispatch import App, Outcome, run_handler
+from .errors import OwnershipLost, SchedulerError
+from .keys import bucket_of_ms, shard_of
+from .layout import Layouts
+from .metrics import PollerMetrics
+from .model import Job
+from .progress import Checkpoint, ShardProgress
+from .release import ReleaseQueue
+from .store import Store, StoreMeta
+
+log = logging.getLogger("scheduler.poller")
+
+
+@dataclass(frozen=True)
+class PollerConfig:
+    poll_interval_s: float = 1.0
+    # Read this far ahead of now; capped by the keyspace's late margin (see max_prefetch_ms).
+    prefetch_s: float = 1.0
+    read_limit: int = 1000
+    concurrency: int = 16
+    max_rate: float | None = None  # jobs/s released by this poller
+    max_shard_rate: float | None = None  # jobs/s released per shard
+    # Rows read and not yet complete, at most: bounds memory whatever the backlog.
+    max_buffered: int = 20_000
+    shutdown_timeout_s: float = 10.0
+    checkpoint_interval_s: float = 1.0
+    clock_check_interval_s: float = 30.0
+    check_clock: bool = True
+    layout_refresh_s: float = 5.0
+
+
+def max_prefetch_ms(meta: StoreMeta) -> int:
+    """How far ahead a poller may read: the late margin less twice the skew bound, so a
+    producer's write (fire >= its now + margin) always lands ahead of every cursor."""
+    return max(0, meta.late_margin_ms - 2 * meta.max_skew_ms)
+
+
+@dataclass
+class _Shard:
+    progress: ShardProgress
+    epoch: int
+    saved: Checkpoint
+    releasing: bool = False  # planned release: read nothing new, finish in-flight rows
+    running: int = 0  # rows handed to workers whose outcome is not recorded yet
+
+
+@dataclass
+class PollerStats:
+    fired: int = 0
+    retried: int = 0
+    dead: int = 0
+    reads: int = 0
+    rows_read: int = 0
+    lost_shards: list[int] = field(default_factory=list)
+
+
+class Poller:
+    def __init__(self, store: Store, app: App, *, clock: Clock | None = None,
+                 config: PollerConfig | None = None, name: str | None = None,
+                 metrics: PollerMetrics | None = None) -> None:
+        self.store = store
+        self.app = app
+        self.clock: Clock = clock or SystemClock()
+        self.config = config or PollerConfig()
+        self.name = name or f"poller-{uuid.uuid4().hex[:8]}"
+        self.metrics = metrics or PollerMetrics()
+        self.meta = store.meta()
+        self.prefetch_ms = min(int(self.config.prefetch_s * 1000), max_prefetch_ms(self.meta))
+        self.stats = PollerStats()
+        self._cond = threading.Condition()
+        self._shards: dict[int, _Shard] = {}
+        self._queue = ReleaseQueue(self.config.max_rate, self.config.max_shard_rate,
+                                   monotonic=self.clock.monotonic)
+        self._free = self.config.concurrency
+        self._outcomes: queue.Queue[Outcome] = queue.Queue()
+        self._stopping = threading.Event()
+        self._stopped = threading.Event()
+        self._paused_reason: str | None = None
+        self._layouts: Layouts | None = None
+        self._layouts_at = -1e9
+        self._last_clock_check = -1e9
+        self._last_checkpoint = -1e9
+        self._threads: list[threading.Thread] = []
+        self._executor: ThreadPoolExecutor | None = None
+        self._rand = random.Random()
+
+    # --- ownership ------------------------------------------------------------------
+
+    @property
+    def shards(self) -> set[int]:
+        with self._cond:
+            return set(self._shards)
+
+    def claim(self, shard: int, epoch: int) -> None:
+        """Start draining ``shard`` under fencing token ``epoch``. Raises ``OwnershipLost``
+        when a newer owner holds it."""
+        initial = self.meta.origin_bucket - self.meta.bucket_width_s
+        cp = self.store.claim_shard(shard, self.name, epoch, initial, self.clock.now_ms())
+        with self._cond:
+            self._shards[shard] = _Shard(ShardProgress(shard, self.meta.bucket_width_s, cp), epoch, cp)
+            self.metrics.owned_shards.set(len(self._shards))
+            self._cond.notify_all()
+        log.info("claimed shard %d at bucket %d", shard, cp.drained,
+                 extra={"action": "shard_claimed", "shard": shard, "epoch": epoch,
+                        "checkpoint": cp.drained, "poller": self.name})
+
+    def release(self, shard: int, timeout_s: float | None = None) -> None:
+        """Planned handover: stop reading ``shard``, drop its queued rows, wait for its
+        in-flight rows, save the checkpoint and clear the owner."""
+        deadline = self.clock.monotonic() + (timeout_s if timeout_s is not None
+                                             else self.config.shutdown_timeout_s)
+        with self._cond:
+            st = self._shards.get(shard)
+            if st is None:
+                return
+            st.releasing = True
+            # Queued rows stay incomplete, so the saved checkpoint stops before them and the
+            # next owner reads them again.
+            self._queue.discard_shard(shard)
+            while st.running and self.clock.monotonic() < deadline and not self._stopped.is_set():
+                self._cond.wait(0.05)
+        self._save_checkpoint(shard, st)
+        with self._cond:
+            self._shards.pop(shard, None)
+            self.metrics.owned_shards.set(len(self._shards))
+        try:
+            self.store.release_shard(shard, st.epoch, self.clock.now_ms())
+        except SchedulerError as exc:
+            log.warning("could not clear owner of shard %d: %s", shard, exc,
+                        extra={"action": "shard_release_failed", "shard": shard})
+        log.info("released shard %d", shard, extra={"action": "shard_released", "shard": shard,
+                                                     "checkpoint": st.saved.drained})
+
+    def _lose(self, shard: int, reason: str) -> None:
+        """Ownership moved: drop everything of the shard without writing for it again."""
+        with self._cond:
+            st = self._shards.pop(shard, None)
+            if st is None:
+                return
+            self._queue.discard_shard(shard)
+            self.metrics.owned_shards.set(len(self._shards))
+            self.stats.lost_shards.append(shard)
+        self.metrics.fencing_refusals.inc()
+        log.warning("lost shard %d: %s", shard, reason,
+                    extra={"action": "shard_lost", "shard": shard, "epoch": st.epoch})
+
+    # --- the poll loop --------------------------------------------------------------
+
+    def layouts(self) -> Layouts:
+        if self._layouts is None or self.clock.monotonic() - self._layouts_at >= self.config.layout_refresh_s:
+            self._layouts = self.store.layouts()
+            self._layouts_at = self.clock.monotonic()
+        return self._layouts
+
+    def poll_once(self) -> int:
+        """Read every owned shard up to the horizon; returns rows queued. Store errors
+        are logged and the shard is retried next time."""
+        with self.metrics.poll_duration.time():
+            self._check_clock()
+            layouts = self.layouts()
+            queued = 0
+            with self._cond:
+                order = sorted(self._shards.items(), key=lambda kv: kv[1].progress.drained)
+            for shard, st in order:
+                try:
+                    queued += self._poll_shard(shard, st, layouts)
+                except SchedulerError as exc:
+                    log.warning("reading shard %d failed: %s", shard, exc,
+                                extra={"action": "poll_failed", "shard": shard})
+            self._maybe_checkpoint()
+            return queued
+
+    def _buffered(self) -> int:
+        return sum(s.progress.in_flight for s in self._shards.values())
+
+    def _poll_shard(self, shard: int, st: _Shard, layouts: Layouts) -> int:
+        queued = 0
+        while not st.releasing and not self._stopping.is_set():
+            with self._cond:
+                if self._buffered() >= self.config.max_buffered or shard not in self._shards:
+                    return queued
+            now = self.clock.now_ms()
+            nxt = st.progress.next_read(now + self.prefetch_ms)
+            if nxt is None:
+                return queued
+            bucket, after, until = nxt
+            if shard >= layouts.read_count(bucket):
+                # This bucket's layouts have fewer shards: nothing to read, only to close.
+                if not st.progress.on_read(bucket, [], full=False, issued_at_ms=now):
+                    return queued
+                continue
+            rows = self.store.read_bucket(bucket, shard, after, until, self.config.read_limit)
+            self.stats.reads += 1
+            self.stats.rows_read += len(rows)
+            self.metrics.rows_read.inc(len(rows))
+            with self._cond:
+                if shard not in self._shards:
+                    return queued
+                again = st.progress.on_read(bucket, [(r.fire_ms, r.job_id) for r in rows],
+                                            full=len(rows) >= self.config.read_limit, issued_at_ms=now)
+                for row in rows:
+                    self._queue.push(row)
+                queued += len(rows)
+                if rows:
+                    self._cond.notify_all()
+            if not again:
+                return queued
+        return queued
+
+    def _maybe_checkpoint(self, force: bool = False) -> None:
+        now = self.clock.monotonic()
+        if not force and now - self._last_checkpoint < self.config.checkpoint_interval_s:
+            return
+        self._last_checkpoint = now
+        with self._cond:
+            shards = list(self._shards.items())
+        now_ms = self.clock.now_ms()
+        for shard, st in shards:
+            self._save_checkpoint(shard, st)
+            lag = now_ms / 1000 - (st.saved.drained + self.meta.bucket_width_s)
+            self.metrics.checkpoint_lag.labels(str(shard)).set(max(0.0, lag))
+
+    def _save_checkpoint(self, shard: int, st: _Shard) -> None:
+        with self._cond:
+            cp = st.progress.checkpoint()
+        if cp == st.saved:
+            return
+        try:
+            self.store.save_checkpoint(shard, st.epoch, cp, self.clock.now_ms())
+            st.saved = cp
+        except OwnershipLost as exc:
+            self._lose(shard, str(exc))
+        except SchedulerError as exc:
+            log.warning("saving checkpoint of shard %d failed: %s", shard, exc,
+                        extra={"action": "checkpoint_failed", "shard": shard})
+
+    def _check_clock(self) -> None:
+        if not self.config.check_clock:
+            return
+        mono = self.clock.monotonic()
+        if mono - self._last_clock_check < self.config.clock_check_interval_s:
+            return
+        self._last_clock_check = mono
+        t0 = self.clock.now_ms()
+        server = self.store.server_now_ms()
+        t1 = self.clock.now_ms()
+        skew_ms = server - (t0 + t1) // 2
+        self.metrics.clock_skew.set(skew_ms / 1000)
+        # The round trip bounds how well we know the skew; only what is certain counts.
+        certain = max(0, abs(skew_ms) - (t1 - t0) // 2)
+        with self._cond:
+            if certain > self.meta.max_skew_ms:
+                if self._paused_reason is None:
+                    log.error("clock skew %d ms against the store exceeds %d ms: refusing to fire",
+                              skew_ms, self.meta.max_skew_ms,
+                              extra={"action": "clock_skew_refused", "skew_ms": skew_ms})
+                self._paused_reason = f"clock skew {skew_ms} ms"
+                self.metrics.clock_refusing.set(1)
+            elif self._paused_reason is not None:
+                log.info("clock skew back to %d ms: firing again", skew_ms,
+                         extra={"action": "clock_skew_ok", "skew_ms": skew_ms})
+                self._paused_reason = None
+                self.metrics.clock_refusing.set(0)
+                self._cond.notify_all()
+
+    @property
+    def refusing(self) -> str | None:
+        """Why firing is paused, or None."""
+        return self._paused_reason
+
+    # --- releasing and firing -------------------------------------------------------
+
+    def release_ready(self) -> list[Job]:
+        """Take the jobs that may fire now (due, within rate and concurrency bounds)."""
+        with self._cond:
+            if self._paused_reason is not None or self._stopping.is_set() or self._free <= 0:
+                return []
+            jobs = self._queue.pop_ready(self.clock.now_ms(), self._free)
+            self._free -= len(jobs)
+            for job in jobs:
+                st = self._shards.get(job.shard)
+                if st is not None:
+                    st.running += 1
+            if self._queue.throttled:
+                self.metrics.throttled.inc(self._queue.throttled)
+                self._queue.throttled = 0
+            return jobs
+
+    def fire(self, job: Job) -> Outcome:
+        """Run the handler of one job and queue its outcome for recording."""
+        try:
+            started = self.clock.now_ms()
+            self.metrics.lateness.observe(max(0, started - job.due_ms) / 1000)
+            outcome = run_handler(self.app, job, self.clock.now_ms, self._rand.random)
+            if not outcome.ok:
+                self.metrics.handler_errors.labels(job.kind).inc()
+            self._outcomes.put(outcome)
+            return outcome
+        finally:
+            with self._cond:
+                self._free += 1
+                self._cond.notify_all()
+
+    def _releaser(self) -> None:
+        assert self._executor is not None
+        while not self._stopping.is_set():
+            jobs = self.release_ready()
+            if jobs:
+                for job in jobs:
+                    self._executor.submit(self.fire, job)
+                continue
+            with self._cond:
+                wait = self._queue.next_wake_s(self.clock.now_ms())
+                self._cond.wait(min(wait, self.config.poll_interval_s))
+
+    # --- recording outcomes ---------------------------------------------------------
+
+    def record_outcomes(self, block_s: float = 0.0) -> int:
+        """Write queued outcomes, then mark their rows complete. Returns how many.
+
+        On a store error the outcomes are put back and retried on the next call: their
+        rows stay incomplete, so the checkpoint waits for them.
+        """
+        batch: list[Outcome] = []
+        try:
+            batch.append(self._outcomes.get(timeout=block_s) if block_s else self._outcomes.get_nowait())
+            while len(batch) < 2000:
+                batch.append(self._outcomes.get_nowait())
+        except queue.Empty:
+            pass
+        if not batch:
+            return 0
+        now = self.clock.now_ms()
+        try:
+            fired = [o.job for o in batch if o.ok]
+            if fired:
+                self.store.record_fired(fired, now)
+            for o in batch:
+                if o.ok:
+                    continue
+                if o.dead:
+                    self.store.record_dead(o.job, o.error or "", now)
+                elif o.retry_at_ms is not None:
+                    self.store.record_retry(o.job, self._retry_job(o.job, o.retry_at_ms), o.error or "")
+        except SchedulerError as exc:
+            log.warning("recording %d outcomes failed, will retry: %s", len(batch), exc,
+                        extra={"action": "record_failed"})
+            for o in batch:
+                self._outcomes.put(o)
+            return 0
+        with self._cond:
+            for o in batch:
+                st = self._shards.get(o.job.shard)
+                if st is not None:
+                    st.running -= 1
+                    st.progress.complete(o.job.bucket, (o.job.fire_ms, o.job.job_id))
+            self._cond.notify_all()
+        for o in batch:
+            if o.ok:
+                self.stats.fired += 1
+                self.metrics.fired.labels(o.job.kind).inc()
+            elif o.dead:
+                self.stats.dead += 1
+                self.metrics.dead.labels(o.job.kind).inc()
+                log.warning("dead-lettered %s: %s", o.job.job_id, o.error,
+                            extra={"action": "job_dead", "job_id": o.job.job_id, "kind": o.job.kind})
+            else:
+                self.stats.retried += 1
+                self.metrics.retries.labels(o.job.kind).inc()
+        return len(batch)
+
+    def _retry_job(self, job: Job, retry_at_ms: int) -> Job:
+        """The retry's placement: the late-write rule and its bucket's layout apply."""
+        fire = max(retry_at_ms, self.clock.now_ms() + self.meta.late_margin_ms)
+        bucket = bucket_of_ms(fire, self.meta.bucket_width_s)
+        count = self.layouts().write_layout(bucket).shard_count
+        return job.evolve(fire_ms=fire, bucket=bucket, shard=shard_of(job.job_id, count),
+                          attempts=job.attempts + 1)
+
+    def _recorder(self) -> None:
+        while not self._stopped.is_set():
+            self.record_outcomes(block_s=0.05)
+
+    # --- lifecycle ------------------------------------------------------------------
+
+    def start(self, shards: Iterable[int] = (), epoch: int | None = None) -> None:
+        """Claim ``shards`` and start the background threads (the poll loop included)."""
+        epoch = epoch if epoch is not None else self.clock.now_ms()
+        for shard in shards:
+            self.claim(shard, epoch)
+        self._executor = ThreadPoolExecutor(self.config.concurrency, thread_name_prefix=f"{self.name}-w")
+        for target, label in ((self._releaser, "release"), (self._recorder, "record"),
+                              (self._poll_loop, "poll")):
+            t = threading.Thread(target=target, name=f"{self.name}-{label}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def _poll_loop(self) -> None:
+        while not self._stopping.is_set():
+            started = self.clock.monotonic()
+            try:
+                self.poll_once()
+            except SchedulerError as exc:
+                log.warning("poll failed: %s", exc, extra={"action": "poll_failed"})
+            with self._cond:
+                self.metrics.buffered.set(self._buffered())
+            remaining = self.config.poll_interval_s - (self.clock.monotonic() - started)
+            self._stopping.wait(max(0.0, remaining))
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Graceful shutdown: stop reading and releasing, let in-flight handlers finish
+        (up to the timeout), record their outcomes, save checkpoints, release shards."""
+        timeout = self.config.shutdown_timeout_s if timeout_s is None else timeout_s
+        self._stopping.set()
+        with self._cond:
+            self._queue.drain()  # unfired rows stay in the store, after the checkpoint
+            self._cond.notify_all()
+        deadline = self.clock.monotonic() + timeout
+        with self._cond:
+            while self._free < self.config.concurrency and self.clock.monotonic() < deadline:
+                self._cond.wait(0.05)
+        while self.record_outcomes():
+            pass
+        self._stopped.set()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+        for t in self._threads:
+            t.join(timeout=2)
+        for shard in sorted(self.shards):
+            with self._cond:
+                st = self._shards.get(shard)
+            if st is None:
+                continue
+            self._save_checkpoint(shard, st)
+            if shard in self.shards:
+                with contextlib.suppress(SchedulerError):  # best effort: the next claim fences anyway
+                    self.store.release_shard(shard, st.epoch, self.clock.now_ms())
+        log.info("poller stopped", extra={"action": "poller_stopped", "poller": self.name,
+                                          "fired": self.stats.fired})
