@@ -22,8 +22,10 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="A durable scheduler for future one-shot jobs.")
 schema_app = typer.Typer(no_args_is_help=True, help="Create or upgrade the store's schema.")
 shards_app = typer.Typer(no_args_is_help=True, help="Show or change the shard layouts.")
+dead_app = typer.Typer(no_args_is_help=True, help="List or replay dead-lettered jobs.")
 app.add_typer(schema_app, name="schema")
 app.add_typer(shards_app, name="shards")
+app.add_typer(dead_app, name="dead")
 
 StoreOpt = Annotated[str | None, typer.Option("--store", help="Store URL; default $SCHEDULER_STORE.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
@@ -268,6 +270,181 @@ def shards_resize(
     data = {"from_bucket": lay.from_bucket, "from": from_ms(lay.from_bucket * 1000).isoformat(),
             "shard_count": lay.shard_count}
     emit(data, as_json, lambda: typer.echo(f"from {data['from']} on, S = {count}"))
+
+
+# --- dead letters -----------------------------------------------------------------------
+
+
+@dead_app.command("list")
+def dead_list(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    """Jobs whose retries ran out, or whose kind had no handler."""
+    from .keys import from_ms
+
+    with errors():
+        client = _client(store)
+        try:
+            dead = client.dead_letters()
+        finally:
+            client.close()
+    rows = [{"job_id": d.job_id, "kind": d.kind, "due_at": from_ms(d.due_ms).isoformat(),
+             "attempts": d.attempts, "error": d.error, "died_at": from_ms(d.died_ms).isoformat()}
+            for d in dead]
+
+    def human() -> None:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"{len(rows)} dead letters")
+        for col in ("job_id", "kind", "attempts", "died_at", "error"):
+            table.add_column(col)
+        for r in rows:
+            table.add_row(r["job_id"], r["kind"], str(r["attempts"]), r["died_at"], r["error"] or "")
+        Console().print(table)
+
+    emit(rows, as_json, human)
+
+
+@dead_app.command("replay")
+def dead_replay(
+    job_ids: Annotated[list[str] | None, typer.Argument(help="Jobs to replay.")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Replay every dead letter.")] = False,
+    at: Annotated[str | None, typer.Option(help="When to fire them (default: now).")] = None,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Re-arm dead jobs with their attempts reset."""
+    with errors():
+        if bool(job_ids) == all_:
+            raise InvalidInput("name the jobs to replay, or pass --all")
+        when = _parse_at(at) if at else None
+        client = _client(store)
+        try:
+            jobs = client.replay_dead(None if all_ else job_ids, when)
+        finally:
+            client.close()
+    emit({"replayed": [j.job_id for j in jobs]}, as_json,
+         lambda: typer.echo(f"replayed {len(jobs)} jobs"))
+
+
+# --- pollers ----------------------------------------------------------------------------
+
+
+@app.command()
+def run(
+    handler: Annotated[str | None, typer.Option(help="module:function receiving every job.")] = None,
+    app_: Annotated[str | None, typer.Option("--app", help="module:app, a scheduler.App.")] = None,
+    shards: Annotated[str | None, typer.Option(help="Shards to own, e.g. 0-15 (default: all).")] = None,
+    concurrency: Annotated[int, typer.Option(help="Handlers running at once.")] = 16,
+    poll_interval: Annotated[float, typer.Option(help="Seconds between polls.")] = 1.0,
+    max_rate: Annotated[float | None, typer.Option(help="Jobs/s this poller releases.")] = None,
+    max_shard_rate: Annotated[float | None, typer.Option(help="Jobs/s released per shard.")] = None,
+    metrics_address: Annotated[str | None, typer.Option(help="Serve /metrics on HOST:PORT.")] = None,
+    name: Annotated[str | None, typer.Option(help="Poller name (default: random).")] = None,
+    log_json: Annotated[bool, typer.Option("--log-json", help="JSON log lines.")] = False,
+    store: StoreOpt = None,
+) -> None:
+    """Run a poller until SIGTERM or SIGINT, then shut down gracefully (exit 0)."""
+    import os
+    import signal
+    import threading
+
+    from . import logs
+    from .dispatch import load_app
+    from .layout import parse_shard_spec
+    from .metrics import PollerMetrics, serve
+    from .poller import Poller, PollerConfig
+    from .store import open_store
+
+    logs.setup(json_output=log_json)
+    sys.path.insert(0, os.getcwd())  # handlers are usually modules of the current project
+    with errors():
+        if concurrency < 1 or poll_interval <= 0:
+            raise InvalidInput("--concurrency must be >= 1 and --poll-interval > 0")
+        the_app = load_app(handler, app_)
+        st = open_store(Settings.from_env().require_store(store))
+        owned = parse_shard_spec(shards) if shards else list(range(st.layouts().all_shards()))
+        metrics = PollerMetrics()
+        if metrics_address:
+            serve(metrics, metrics_address)
+        poller = Poller(st, the_app, name=name, metrics=metrics,
+                        config=PollerConfig(poll_interval_s=poll_interval, concurrency=concurrency,
+                                            max_rate=max_rate, max_shard_rate=max_shard_rate))
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        poller.start(owned)
+        typer.echo(f"{poller.name}: polling shards {shards or f'0-{len(owned) - 1}'} of {st.url}", err=True)
+        while not stop.wait(0.5):
+            pass
+        poller.stop()
+        st.close()
+
+
+@app.command()
+def demo(
+    jobs: Annotated[int, typer.Option(help="Jobs to schedule.")] = 2000,
+    pollers: Annotated[int, typer.Option(help="Pollers to run in this process.")] = 2,
+    seconds: Annotated[float, typer.Option(help="Spread the due times over this many seconds.")] = 20.0,
+    store: Annotated[str | None, typer.Option(help="Store URL (default: temporary embedded).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Schedule jobs, fire them with in-process pollers, and check nothing was lost or early."""
+    from .demo import run_demo
+
+    with errors():
+        if jobs < 1 or pollers < 1 or seconds <= 0:
+            raise InvalidInput("--jobs and --pollers must be >= 1 and --seconds > 0")
+        live = not as_json and sys.stdout.isatty()
+        if live:
+            summary = _demo_live(jobs, pollers, seconds, store)
+        else:
+            summary = run_demo(jobs, pollers, seconds, store)
+    data = summary.to_dict()
+
+    def human() -> None:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title="demo summary", show_header=False)
+        for key, value in data.items():
+            table.add_row(key, str(value))
+        Console().print(table)
+
+    emit(data, as_json, human)
+    if summary.lost or summary.early:
+        raise typer.Exit(1)
+
+
+def _demo_live(jobs: int, pollers: int, seconds: float, store: str | None) -> Any:
+    from rich.console import Group
+    from rich.live import Live
+    from rich.progress import BarColumn, Progress, TextColumn
+    from rich.table import Table
+
+    from .demo import run_demo
+
+    bar = Progress(TextColumn("fired"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                   TextColumn("{task.fields[lat]}"))
+    task = bar.add_task("fired", total=jobs, lat="")
+    holder: dict[str, Any] = {"table": Table()}
+
+    def tick(state: dict[str, Any]) -> None:
+        bar.update(task, completed=state["fired"],
+                   lat=f"lateness p50 {state['lateness_p50_ms']:.0f} ms, "
+                       f"p99 {state['lateness_p99_ms']:.0f} ms, {state['elapsed_s']:.0f} s")
+        table = Table(title=f"{pollers} pollers, {state['shards']} shards")
+        table.add_column("shard")
+        table.add_column("fired", justify="right")
+        table.add_column("pending", justify="right")
+        for shard in range(state["shards"]):
+            want = state["expected_per_shard"].get(shard, 0)
+            got = state["per_shard"].get(shard, 0)
+            table.add_row(str(shard), str(got), str(max(0, want - got)))
+        holder["table"] = table
+        live.update(Group(holder["table"], bar))
+
+    with Live(Group(holder["table"], bar), refresh_per_second=4, transient=False) as live:
+        return run_demo(jobs, pollers, seconds, store, on_tick=tick)
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ scheduled, and keeps its original ``due_at`` for lateness accounting.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -27,10 +28,15 @@ from .layout import Layout, Layouts, check_resize, mark_end_for
 from .model import Job, Status, check_due, check_job_id, check_kind, encode_payload
 from .settings import Settings
 from .store import Store, StoreMeta, open_store
+from .store.base import DeadLetter
+
+log = logging.getLogger("scheduler.client")
 
 MAX_JITTER_S = 86_400
 # schedule_many works in chunks so a million-job load holds a bounded number in memory.
 CHUNK = 5_000
+NEAR_CHUNK = 200
+NEAR_WINDOW_MS = 30_000
 
 
 @dataclass(frozen=True)
@@ -186,12 +192,26 @@ class Client:
                 raise InvalidInput(f"job #{i + 1}: id {job.job_id!r} appears more than once")
             seen.add(job.job_id)
             jobs.append(job)
-        out: list[Job] = []
-        for start in range(0, len(jobs), CHUNK):
-            out.extend(self._write_chunk(jobs[start:start + CHUNK], progress))
-        return out
+        # Jobs due soon go first, in small chunks: a chunk's write must be acknowledged
+        # within max_skew for its near-term jobs to be safe where they were placed (see
+        # _repair_slow_writes), and a big chunk takes longer than that.
+        near_until = self.clock.now_ms() + self._meta.late_margin_ms + NEAR_WINDOW_MS
+        order = sorted(range(len(jobs)), key=lambda i: jobs[i].fire_ms >= near_until)
+        out: list[Job | None] = [None] * len(jobs)
+        start = 0
+        while start < len(order):
+            size = NEAR_CHUNK if jobs[order[start]].fire_ms < near_until else CHUNK
+            idx = order[start:start + size]
+            for i, job in zip(idx, self._write_chunk([jobs[i] for i in idx], progress), strict=True):
+                out[i] = job
+            start += size
+        return [j for j in out if j is not None]
 
     def _write_chunk(self, jobs: Sequence[Job], progress: Callable[[int], None] | None) -> list[Job]:
+        # Place near-term jobs again with a fresh clock: a long load must not write a job
+        # whose fire time has come within the late margin since validation.
+        now = self.clock.now_ms()
+        jobs = [self._replace_if_near(j, now) for j in jobs]
         existing = self.store.get_many([j.job_id for j in jobs])
         fresh = [j for j in jobs if j.job_id not in existing]
         moved: list[tuple[Job, Job]] = []
@@ -200,22 +220,57 @@ class Client:
             old = existing.get(job.job_id)
             if old is None:
                 result.append(job)
-            elif old.due_ms == job.due_ms:
+            elif old.due_ms == job.due_ms and not (old.status is Status.PENDING and self._at_risk(old, now)):
                 result.append(old)
             else:
-                # The latest call's kind and payload win; history is kept.
+                # A new due time (the latest call's kind and payload win; history is kept),
+                # or a retry of a write that may have landed behind a poller's cursor.
                 new = job.evolve(attempts=old.attempts, fired_ms=old.fired_ms,
                                  last_error=old.last_error, status=Status.PENDING)
                 moved.append((old, new))
                 result.append(new)
-        self._ensure_marks([j for j in fresh] + [n for _, n in moved])
+        self._ensure_marks([*fresh, *(n for _, n in moved)])
         if fresh:
             self.store.insert_many(fresh, progress)
         for old, new in moved:
             self.store.move(old, new)
         if progress and len(jobs) > len(fresh):
             progress(len(jobs) - len(fresh))
-        return result
+        return self._repair_slow_writes(result, {j.job_id for j in fresh} | {n.job_id for _, n in moved})
+
+    def _replace_if_near(self, job: Job, now: int) -> Job:
+        if job.fire_ms >= now + self._meta.late_margin_ms:
+            return job
+        # Jitter is dropped: the job lands at now + margin, its earliest safe position.
+        return self._place(job.job_id, job.kind, job.data, job.data_json, job.due_ms, 0, now)
+
+    def _at_risk(self, job: Job, ack_ms: int) -> bool:
+        """Could a poller have read past this job's position before the write was visible?
+
+        A poller reads at most ``late_margin - 2 * max_skew`` ahead of its clock, which is
+        at most ``max_skew`` ahead of ours: positions up to ``ack + margin - max_skew``
+        may already be behind a cursor when the write became visible at ``ack``.
+        """
+        return job.fire_ms <= ack_ms + self._meta.late_margin_ms - self._meta.max_skew_ms
+
+    def _repair_slow_writes(self, result: list[Job], written: set[str]) -> list[Job]:
+        """Move jobs whose write was acknowledged too late to be safe (a slow write, a
+        long pause) to a fresh position ahead of every cursor. The old row may still
+        fire too: a duplicate, never a loss."""
+        out = list(result)
+        for _ in range(5):
+            ack = self.clock.now_ms()
+            risky = [i for i, j in enumerate(out) if j.job_id in written and self._at_risk(j, ack)]
+            if not risky:
+                break
+            for i in risky:
+                old = out[i]
+                new = self._replace_if_near(old.evolve(fire_ms=0), ack)
+                self.store.move(old, new)
+                out[i] = new
+            log.warning("moved %d jobs whose write was acknowledged late", len(risky),
+                        extra={"action": "slow_write_repaired", "jobs": len(risky)})
+        return out
 
     def reschedule(self, job_id: str, due_at: datetime, *, jitter_s: float = 0.0) -> Job:
         """Move a job to a new due time; it fires once, at the new time.
@@ -245,6 +300,30 @@ class Client:
             return False
         self.store.cancel(job)
         return True
+
+    def dead_letters(self) -> list[DeadLetter]:
+        """Jobs whose retries ran out or whose kind had no handler."""
+        return sorted(self.store.dead_letters(), key=lambda d: d.died_ms)
+
+    def replay_dead(self, job_ids: Sequence[str] | None = None, at: datetime | None = None) -> list[Job]:
+        """Re-arm dead jobs (all when ``job_ids`` is None) at ``at`` (default: now), with
+        their attempts reset, and remove them from the dead letters."""
+        due_ms = self.clock.now_ms() if at is None else check_due(at)
+        dead = {d.job_id: d for d in self.store.dead_letters()}
+        wanted = list(dead) if job_ids is None else list(job_ids)
+        missing = [j for j in wanted if j not in dead]
+        if missing:
+            raise JobNotFound(f"not in the dead letters: {', '.join(missing[:5])}")
+        out = []
+        for job_id in wanted:
+            old = self.get(job_id)
+            new = self._place(job_id, old.kind, old.data, old.data_json, due_ms, 0, None)
+            new = new.evolve(attempts=0, fired_ms=old.fired_ms, last_error=old.last_error)
+            self._ensure_marks([new])
+            self.store.move(old, new)
+            self.store.delete_dead_letter(job_id)
+            out.append(new)
+        return out
 
     def get(self, job_id: str) -> Job:
         """The stored job with its status and history; raises ``JobNotFound``."""

@@ -61,6 +61,10 @@ class Layouts:
     def items(self) -> list[Layout]:
         return list(self._items)
 
+    def all_shards(self) -> int:
+        """How many shards any layout has: the shard numbers a fleet may have to drain."""
+        return max(lay.shard_count for lay in self._items)
+
     @property
     def latest(self) -> Layout:
         return self._items[-1]
@@ -92,6 +96,22 @@ class Layouts:
             if bucket < lay.mark_end:
                 count = max(count, lay.shard_count)
         return count
+
+
+def parse_shard_spec(spec: str) -> list[int]:
+    """``"0-15"``, ``"0,2,5-7"`` -> sorted shard numbers; an error names the bad part."""
+    out: set[int] = set()
+    for part in spec.split(","):
+        part = part.strip()
+        lo, sep, hi = part.partition("-")
+        try:
+            first, last = int(lo), int(hi) if sep else int(lo)
+        except ValueError:
+            raise InvalidInput(f"shard spec {spec!r}: {part!r} is not N or N-M") from None
+        if first < 0 or last < first or last >= MAX_SHARD_COUNT:
+            raise InvalidInput(f"shard spec {spec!r}: {part!r} is not a range within 0-{MAX_SHARD_COUNT - 1}")
+        out.update(range(first, last + 1))
+    return sorted(out)
 
 
 def earliest_cutover_ms(now_ms: int, cache_ttl_ms: int, late_margin_ms: int,

@@ -51,8 +51,10 @@ log = logging.getLogger("scheduler.poller")
 @dataclass(frozen=True)
 class PollerConfig:
     poll_interval_s: float = 1.0
-    # Read this far ahead of now; capped by the keyspace's late margin (see max_prefetch_ms).
-    prefetch_s: float = 1.0
+    # Read this far ahead of now (default: as far as the keyspace's late margin allows, see
+    # max_prefetch_ms). Reading further ahead costs nothing extra: each poll reads only
+    # rows after the cursor.
+    prefetch_s: float | None = None
     read_limit: int = 1000
     concurrency: int = 16
     max_rate: float | None = None  # jobs/s released by this poller
@@ -102,7 +104,9 @@ class Poller:
         self.name = name or f"poller-{uuid.uuid4().hex[:8]}"
         self.metrics = metrics or PollerMetrics()
         self.meta = store.meta()
-        self.prefetch_ms = min(int(self.config.prefetch_s * 1000), max_prefetch_ms(self.meta))
+        limit = max_prefetch_ms(self.meta)
+        prefetch = self.config.prefetch_s
+        self.prefetch_ms = limit if prefetch is None else min(int(prefetch * 1000), limit)
         self.stats = PollerStats()
         self._cond = threading.Condition()
         self._shards: dict[int, _Shard] = {}

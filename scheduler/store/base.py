@@ -20,9 +20,10 @@ from ..progress import Checkpoint, Key
 SCHEMA_VERSION = 1
 
 # A producer pushes a job's fire time to at least now + late margin, so it lands
-# ahead of any poller's read cursor (a poller prefetches at most one poll interval
-# ahead, and refuses to run with more clock skew than max_skew).
-DEFAULT_LATE_MARGIN_MS = 2_000
+# ahead of any poller's read cursor: a poller reads at most late_margin - 2 * max_skew
+# (2 s) ahead of its clock and refuses to fire with more clock skew than max_skew.
+# Reading two poll intervals ahead keeps firing precise even when a poll runs long.
+DEFAULT_LATE_MARGIN_MS = 3_000
 DEFAULT_MAX_SKEW_MS = 500
 
 

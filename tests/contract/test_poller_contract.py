@@ -35,7 +35,8 @@ def clock() -> FakeClock:
 
 class Recorder:
     def __init__(self, clock: FakeClock, fail: set[str] | None = None) -> None:
-        self.clock, self.fail, self.calls = clock, fail or set(), []
+        self.clock, self.fail = clock, fail or set()
+        self.calls: list[tuple[str, int, int]] = []
 
     def __call__(self, job) -> None:
         self.calls.append((job.job_id, self.clock.now_ms(), job.attempt))
@@ -184,3 +185,26 @@ def test_shrinking_and_growing_shards_fire_everything(pstore, clock):
     drive(poller, clock, 400, step_ms=500)
     assert Counter(c[0] for c in rec.calls) == Counter(
         [f"early{i}" for i in range(40)] + [f"late{i}" for i in range(40)])
+
+
+def test_a_slow_write_is_moved_ahead_of_the_cursors(pstore, clock, monkeypatch):
+    client = Client(pstore, clock=clock)
+    real_insert = pstore.insert_many
+
+    def slow_insert(jobs, progress=None):
+        real_insert(jobs, progress)
+        clock.advance(3)  # the acknowledgement arrives 3 s later (GC pause, overload)
+
+    monkeypatch.setattr(pstore, "insert_many", slow_insert)
+    job = client.schedule("slow", T0 + timedelta(seconds=1), "k")
+    assert job.fire_ms >= clock.now_ms() + client.meta.late_margin_ms - client.meta.max_skew_ms
+    far = client.schedule("far", T0 + timedelta(minutes=10), "k")
+    assert far.fire_ms == far.due_ms, "a job far ahead is not at risk and stays put"
+
+
+def test_an_idempotent_retry_of_an_unsafe_write_moves_it(pstore, clock):
+    client = Client(pstore, clock=clock)
+    first = client.schedule("retry-me", T0 + timedelta(seconds=10), "k")
+    clock.advance(9)  # the caller retries much later, the job now within a cursor's reach
+    again = client.schedule("retry-me", T0 + timedelta(seconds=10), "k")
+    assert again.fire_ms > first.fire_ms and again.due_ms == first.due_ms
