@@ -1,6 +1,7 @@
 """A durable scheduler for future one-shot jobs on Apache Cassandra and ZooKeeper."""
 
 from .client import Client, JobSpec
+from .dispatch import App, RetryPolicy
 from .errors import (
     ConfigError,
     InvalidInput,
@@ -14,6 +15,7 @@ from .errors import (
 from .model import Job, Status
 
 __all__ = [
+    "App",
     "Client",
     "ConfigError",
     "InvalidInput",
@@ -21,6 +23,7 @@ __all__ = [
     "JobNotFound",
     "JobSpec",
     "ResizeRefused",
+    "RetryPolicy",
     "SchedulerError",
     "SchemaError",
     "Status",

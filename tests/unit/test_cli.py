@@ -111,3 +111,29 @@ def test_no_store_given():
 def test_schema_missing_is_explained(tmp_path):
     res = run("get", "x", store=f"sqlite:///{tmp_path}/empty.db")
     assert res.returncode == 1 and "scheduler schema apply" in res.stderr
+
+
+def test_demo_json_summary():
+    res = run("demo", "--jobs", "300", "--pollers", "3", "--seconds", "2", "--json")
+    assert res.returncode == 0, res.stderr
+    summary = json.loads(res.stdout)
+    assert {"scheduled", "fired", "duplicates", "early", "lost", "lateness_p50_ms",
+            "lateness_p99_ms"} <= set(summary)
+    assert summary["scheduled"] == summary["fired"] == 300
+    assert summary["lost"] == summary["early"] == summary["duplicates"] == 0
+
+
+def test_dead_letters_cli(store, tmp_path):
+    res = run("dead", "list", "--json", store=store)
+    assert res.returncode == 0 and json.loads(res.stdout) == []
+    res = run("dead", "replay", "nope", store=store)
+    assert res.returncode == 1 and "not in the dead letters" in res.stderr
+    res = run("dead", "replay", store=store)
+    assert res.returncode == 1 and "--all" in res.stderr
+
+
+def test_run_rejects_a_bad_handler(store):
+    res = run("run", "--handler", "no_such_module_zz:f", store=store)
+    assert res.returncode == 1 and "cannot import" in res.stderr
+    res = run("run", "--shards", "9-3", "--handler", "json:dumps", store=store)
+    assert res.returncode == 1 and "shard spec" in res.stderr
