@@ -15,10 +15,12 @@ from scheduler.store import SchemaOptions
 from scheduler.store.cassandra import CassandraStore
 
 
-def fresh_store(host: str, prefix: str, shards: int = 16) -> CassandraStore:
+def fresh_store(host: str, prefix: str, shards: int = 16, now_ms: int | None = None) -> CassandraStore:
+    """A new keyspace with the schema applied; ``now_ms`` sets its origin bucket."""
     keyspace = f"{prefix}_{uuid.uuid4().hex[:8]}"
     store = CassandraStore(f"cassandra://{host}/{keyspace}", concurrency=128)
-    store.apply_schema(SchemaOptions(shard_count=shards), SystemClock().now_ms())
+    store.apply_schema(SchemaOptions(shard_count=shards),
+                       SystemClock().now_ms() if now_ms is None else now_ms)
     return store
 
 

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from cassandra.concurrent import execute_concurrent_with_args
 
 from bench.common import drop, fresh_store, machine, report, timed
-from scheduler import Client, JobSpec
+from scheduler import Client, Job, JobSpec
 from scheduler.store.rows import bucket_params, job_params
 
 
@@ -40,7 +40,7 @@ def main() -> None:
             rows = [client.build(JobSpec(f"bare-{r}-{i}", s.due_at, s.kind, s.payload))
                     for i, s in enumerate(specs)]
 
-            def bare() -> None:
+            def bare(rows: list[Job] = rows) -> None:
                 execute_concurrent_with_args(store.session, p_bucket, [bucket_params(j) for j in rows],
                                              concurrency=store.concurrency)
                 execute_concurrent_with_args(store.session, p_job, [job_params(j) for j in rows],

@@ -21,7 +21,7 @@ import importlib
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import ConfigError
 from .model import Job
@@ -118,8 +118,7 @@ def load_app(handler: str | None = None, app: str | None = None) -> App:
     return obj
 
 
-@dataclass(frozen=True)
-class Outcome:
+class Outcome(NamedTuple):
     """What became of one fired job."""
 
     job: Job
@@ -127,21 +126,22 @@ class Outcome:
     error: str | None = None
     retry_at_ms: int | None = None  # set when the job is to be retried
     dead: bool = False
+    started_ms: int = 0  # when the handler was called, by the poller's clock
 
 
 def run_handler(app: App, job: Job, now_ms: Callable[[], int],
                 rand: Callable[[], float] = random.random) -> Outcome:
     """Call the job's handler and decide: done, retry (with its new fire time) or dead."""
+    started = now_ms()
     route = app.route(job.kind)
     if route is None:
-        return Outcome(job, ok=False, error=f"no handler for kind {job.kind!r}", dead=True)
+        return Outcome(job, False, f"no handler for kind {job.kind!r}", None, True, started)
     try:
         route.handler(job)
     except Exception as exc:  # a handler's failure is data, not a crash of the poller
         error = f"{type(exc).__name__}: {exc}"[:2000]
         attempt = job.attempt
         if attempt >= route.policy.max_attempts:
-            return Outcome(job, ok=False, error=error, dead=True)
-        return Outcome(job, ok=False, error=error,
-                       retry_at_ms=now_ms() + route.policy.delay_ms(attempt, rand()))
-    return Outcome(job, ok=True)
+            return Outcome(job, False, error, None, True, started)
+        return Outcome(job, False, error, now_ms() + route.policy.delay_ms(attempt, rand()), False, started)
+    return Outcome(job, True, None, None, False, started)

@@ -3,17 +3,46 @@ in one process, as in the demo). ``serve`` exposes them over HTTP."""
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import HistogramMetricFamily, Metric
 
 LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
+
+
+class BatchHistogram:
+    """A histogram fed in batches by one thread (the recorder), without a lock per
+    observation: prometheus_client's Histogram costs more per job than firing it does."""
+
+    def __init__(self, name: str, doc: str, buckets: tuple[float, ...],
+                 registry: CollectorRegistry) -> None:
+        self.name, self.doc, self.bounds = name, doc, buckets
+        self.counts = [0] * (len(buckets) + 1)
+        self.total = 0.0
+        registry.register(self)
+
+    def observe_many(self, values: Iterable[float]) -> None:
+        counts, bounds = self.counts, self.bounds
+        for v in values:
+            counts[bisect_left(bounds, v)] += 1
+            self.total += v
+
+    def collect(self) -> Iterator[Metric]:
+        cumulative, acc = [], 0
+        for bound, n in zip((*map(str, self.bounds), "+Inf"), self.counts, strict=True):
+            acc += n
+            cumulative.append((bound, acc))
+        yield HistogramMetricFamily(self.name, self.doc, buckets=cumulative, sum_value=self.total)
 
 
 class PollerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         r = self.registry = registry or CollectorRegistry()
         self.fired = Counter("scheduler_jobs_fired", "Jobs fired, by kind", ["kind"], registry=r)
-        self.lateness = Histogram("scheduler_fire_lateness_seconds",
-                                  "Handler start minus due time", buckets=LATENESS_BUCKETS, registry=r)
+        self.lateness = BatchHistogram("scheduler_fire_lateness_seconds", "Handler start minus due time",
+                                       LATENESS_BUCKETS, r)
         self.handler_errors = Counter("scheduler_handler_errors", "Handler exceptions", ["kind"],
                                       registry=r)
         self.retries = Counter("scheduler_retries", "Jobs scheduled for a retry", ["kind"], registry=r)

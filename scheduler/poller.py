@@ -30,8 +30,8 @@ import queue
 import random
 import threading
 import uuid
+from collections import Counter
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .clock import Clock, SystemClock
@@ -57,6 +57,7 @@ class PollerConfig:
     prefetch_s: float | None = None
     read_limit: int = 1000
     concurrency: int = 16
+    queue_ahead: int = 256  # due jobs waiting for a free worker, beyond the running ones
     max_rate: float | None = None  # jobs/s released by this poller
     max_shard_rate: float | None = None  # jobs/s released per shard
     # Rows read and not yet complete, at most: bounds memory whatever the backlog.
@@ -108,12 +109,24 @@ class Poller:
         prefetch = self.config.prefetch_s
         self.prefetch_ms = limit if prefetch is None else min(int(prefetch * 1000), limit)
         self.stats = PollerStats()
+        self.behind = False
         self._cond = threading.Condition()
         self._shards: dict[int, _Shard] = {}
         self._queue = ReleaseQueue(self.config.max_rate, self.config.max_shard_rate,
                                    monotonic=self.clock.monotonic)
-        self._free = self.config.concurrency
-        self._outcomes: queue.Queue[Outcome] = queue.Queue()
+        # Dispatch without a lock per job: the releaser counts what it handed out, each
+        # worker counts what it finished in its own slot (the last slot is for inline
+        # ``fire`` calls), and in flight is the difference.
+        self._work: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self._released = 0
+        self._finished = [0] * (self.config.concurrency + 1)
+        self._want_slot = False
+        self._slot_free = threading.Event()
+        self._outcomes: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
+        # Due jobs may wait in the work queue beyond the running ones: a worker that
+        # finishes takes the next without a thread switch to the releaser. Only due
+        # jobs get here, so this costs no precision.
+        self._in_flight_cap = self.config.concurrency + self.config.queue_ahead
         self._stopping = threading.Event()
         self._stopped = threading.Event()
         self._paused_reason: str | None = None
@@ -122,7 +135,6 @@ class Poller:
         self._last_clock_check = -1e9
         self._last_checkpoint = -1e9
         self._threads: list[threading.Thread] = []
-        self._executor: ThreadPoolExecutor | None = None
         self._rand = random.Random()
 
     # --- ownership ------------------------------------------------------------------
@@ -195,7 +207,9 @@ class Poller:
 
     def poll_once(self) -> int:
         """Read every owned shard up to the horizon; returns rows queued. Store errors
-        are logged and the shard is retried next time."""
+        are logged and the shard is retried next time. Sets ``behind`` when a shard
+        stopped early because the buffer was full (catch-up in progress)."""
+        self.behind = False
         with self.metrics.poll_duration.time():
             self._check_clock()
             layouts = self.layouts()
@@ -218,7 +232,10 @@ class Poller:
         queued = 0
         while not st.releasing and not self._stopping.is_set():
             with self._cond:
-                if self._buffered() >= self.config.max_buffered or shard not in self._shards:
+                if self._buffered() >= self.config.max_buffered:
+                    self.behind = True
+                    return queued
+                if shard not in self._shards:
                     return queued
             now = self.clock.now_ms()
             nxt = st.progress.next_read(now + self.prefetch_ms)
@@ -234,15 +251,28 @@ class Poller:
             self.stats.reads += 1
             self.stats.rows_read += len(rows)
             self.metrics.rows_read.inc(len(rows))
+            keys = []
+            due = []
+            for row in rows:
+                keys.append((row.fire_ms, row.job_id))
+                # A row fired by an earlier owner (recorded before it stopped), or left by a
+                # fire record that raced a cancel, needs nothing more.
+                if row.fired_ms is None and row.kind:
+                    due.append(row)
             with self._cond:
                 if shard not in self._shards:
                     return queued
-                again = st.progress.on_read(bucket, [(r.fire_ms, r.job_id) for r in rows],
-                                            full=len(rows) >= self.config.read_limit, issued_at_ms=now)
-                for row in rows:
-                    self._queue.push(row)
-                queued += len(rows)
-                if rows:
+                again = st.progress.on_read(bucket, keys, full=len(rows) >= self.config.read_limit,
+                                            issued_at_ms=now)
+                if len(due) < len(rows):
+                    for row in rows:
+                        if row.fired_ms is not None or not row.kind:
+                            st.progress.complete(bucket, (row.fire_ms, row.job_id))
+                push = self._queue.push
+                for row in due:
+                    push(row)
+                queued += len(due)
+                if due:
                     self._cond.notify_all()
             if not again:
                 return queued
@@ -311,13 +341,18 @@ class Poller:
 
     # --- releasing and firing -------------------------------------------------------
 
+    def in_flight(self) -> int:
+        """Jobs handed to workers whose handler has not returned yet."""
+        return self._released - sum(self._finished)
+
     def release_ready(self) -> list[Job]:
         """Take the jobs that may fire now (due, within rate and concurrency bounds)."""
         with self._cond:
-            if self._paused_reason is not None or self._stopping.is_set() or self._free <= 0:
+            free = self._in_flight_cap - self.in_flight()
+            if self._paused_reason is not None or self._stopping.is_set() or free <= 0:
                 return []
-            jobs = self._queue.pop_ready(self.clock.now_ms(), self._free)
-            self._free -= len(jobs)
+            jobs = self._queue.pop_ready(self.clock.now_ms(), free)
+            self._released += len(jobs)
             for job in jobs:
                 st = self._shards.get(job.shard)
                 if st is not None:
@@ -327,29 +362,36 @@ class Poller:
                 self._queue.throttled = 0
             return jobs
 
-    def fire(self, job: Job) -> Outcome:
+    def fire(self, job: Job, slot: int = -1) -> Outcome:
         """Run the handler of one job and queue its outcome for recording."""
         try:
-            started = self.clock.now_ms()
-            self.metrics.lateness.observe(max(0, started - job.due_ms) / 1000)
             outcome = run_handler(self.app, job, self.clock.now_ms, self._rand.random)
-            if not outcome.ok:
-                self.metrics.handler_errors.labels(job.kind).inc()
             self._outcomes.put(outcome)
             return outcome
         finally:
-            with self._cond:
-                self._free += 1
-                self._cond.notify_all()
+            self._finished[slot] += 1  # only this thread writes this slot
+            if self._want_slot and self.in_flight() <= self._in_flight_cap // 2:
+                self._slot_free.set()
+
+    def _worker(self, slot: int) -> None:
+        while (job := self._work.get()) is not None:
+            self.fire(job, slot)
 
     def _releaser(self) -> None:
-        assert self._executor is not None
         while not self._stopping.is_set():
             jobs = self.release_ready()
             if jobs:
                 for job in jobs:
-                    self._executor.submit(self.fire, job)
+                    self._work.put(job)
                 continue
+            # Set the flag before looking, so a worker finishing meanwhile wakes us.
+            self._slot_free.clear()
+            self._want_slot = True
+            if self.in_flight() > self._in_flight_cap // 2:
+                self._slot_free.wait(0.05)
+                self._want_slot = False
+                continue
+            self._want_slot = False
             with self._cond:
                 wait = self._queue.next_wake_s(self.clock.now_ms())
                 self._cond.wait(min(wait, self.config.poll_interval_s))
@@ -371,6 +413,10 @@ class Poller:
             pass
         if not batch:
             return 0
+        self.metrics.lateness.observe_many(max(0, o.started_ms - o.job.due_ms) / 1000 for o in batch)
+        errors = Counter(o.job.kind for o in batch if not o.ok)
+        for kind, n in errors.items():
+            self.metrics.handler_errors.labels(kind).inc(n)
         now = self.clock.now_ms()
         try:
             fired = [o.job for o in batch if o.ok]
@@ -382,7 +428,8 @@ class Poller:
                 if o.dead:
                     self.store.record_dead(o.job, o.error or "", now)
                 elif o.retry_at_ms is not None:
-                    self.store.record_retry(o.job, self._retry_job(o.job, o.retry_at_ms), o.error or "")
+                    self.store.record_retry(o.job, self._retry_job(o.job, o.retry_at_ms), o.error or "",
+                                            now)
         except SchedulerError as exc:
             log.warning("recording %d outcomes failed, will retry: %s", len(batch), exc,
                         extra={"action": "record_failed"})
@@ -396,11 +443,14 @@ class Poller:
                     st.running -= 1
                     st.progress.complete(o.job.bucket, (o.job.fire_ms, o.job.job_id))
             self._cond.notify_all()
+        fired_by_kind = Counter(o.job.kind for o in batch if o.ok)
+        for kind, n in fired_by_kind.items():
+            self.metrics.fired.labels(kind).inc(n)
+        self.stats.fired += sum(fired_by_kind.values())
         for o in batch:
             if o.ok:
-                self.stats.fired += 1
-                self.metrics.fired.labels(o.job.kind).inc()
-            elif o.dead:
+                continue
+            if o.dead:
                 self.stats.dead += 1
                 self.metrics.dead.labels(o.job.kind).inc()
                 log.warning("dead-lettered %s: %s", o.job.job_id, o.error,
@@ -429,7 +479,10 @@ class Poller:
         epoch = epoch if epoch is not None else self.clock.now_ms()
         for shard in shards:
             self.claim(shard, epoch)
-        self._executor = ThreadPoolExecutor(self.config.concurrency, thread_name_prefix=f"{self.name}-w")
+        for slot in range(self.config.concurrency):
+            t = threading.Thread(target=self._worker, args=(slot,), name=f"{self.name}-w{slot}", daemon=True)
+            t.start()
+            self._threads.append(t)
         for target, label in ((self._releaser, "release"), (self._recorder, "record"),
                               (self._poll_loop, "poll")):
             t = threading.Thread(target=target, name=f"{self.name}-{label}", daemon=True)
@@ -445,6 +498,13 @@ class Poller:
                 log.warning("poll failed: %s", exc, extra={"action": "poll_failed"})
             with self._cond:
                 self.metrics.buffered.set(self._buffered())
+            if self.behind:
+                # Catching up: read again as soon as half the buffer has drained.
+                with self._cond:
+                    while (self._buffered() > self.config.max_buffered // 2
+                           and not self._stopping.is_set()):
+                        self._cond.wait(0.05)
+                continue
             remaining = self.config.poll_interval_s - (self.clock.monotonic() - started)
             self._stopping.wait(max(0.0, remaining))
 
@@ -457,14 +517,19 @@ class Poller:
             self._queue.drain()  # unfired rows stay in the store, after the checkpoint
             self._cond.notify_all()
         deadline = self.clock.monotonic() + timeout
-        with self._cond:
-            while self._free < self.config.concurrency and self.clock.monotonic() < deadline:
-                self._cond.wait(0.05)
+        while self.in_flight() > 0 and self.clock.monotonic() < deadline:
+            self._stopping.wait(0.02)
+        # Jobs handed out but not yet started go back: they stay unfired in the store.
+        try:
+            while self._work.get_nowait() is not None:
+                self._finished[-1] += 1
+        except queue.Empty:
+            pass
+        for _ in range(self.config.concurrency):
+            self._work.put(None)
         while self.record_outcomes():
             pass
         self._stopped.set()
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
         for t in self._threads:
             t.join(timeout=2)
         for shard in sorted(self.shards):

@@ -9,7 +9,6 @@ queue, so one busy shard cannot hold back the others.
 from __future__ import annotations
 
 import heapq
-import itertools
 from collections import deque
 from collections.abc import Callable
 
@@ -20,8 +19,9 @@ from .ratelimit import TokenBucket
 class ReleaseQueue:
     def __init__(self, poller_rate: float | None = None, shard_rate: float | None = None,
                  monotonic: Callable[[], float] | None = None) -> None:
-        self._heap: list[tuple[int, int, Job]] = []
-        self._seq = itertools.count()
+        # (fire_ms, job_id, job): job ids break ties, and a poller never holds one
+        # (fire_ms, job_id) twice.
+        self._heap: list[tuple[int, str, Job]] = []
         self._poller = TokenBucket(poller_rate, monotonic=monotonic)
         self._shard_rate = shard_rate
         self._mono = monotonic
@@ -34,7 +34,7 @@ class ReleaseQueue:
         return len(self._heap) + sum(len(q) for q in self._parked.values())
 
     def push(self, job: Job) -> None:
-        heapq.heappush(self._heap, (job.fire_ms, next(self._seq), job))
+        heapq.heappush(self._heap, (job.fire_ms, job.job_id, job))
 
     def _shard_bucket(self, shard: int) -> TokenBucket:
         tb = self._shard_buckets.get(shard)

@@ -46,7 +46,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?);
 DELETE FROM jobs_by_bucket WHERE bucket = ? AND shard = ? AND fire_at = ? AND job_id = ?;
 
 -- name: select_bucket_rows
-SELECT bucket, shard, fire_at, job_id, due_at, kind, payload, payload_json, attempts
+SELECT bucket, shard, fire_at, job_id, due_at, kind, payload, payload_json, attempts, fired_at
 FROM jobs_by_bucket
 WHERE bucket = ? AND shard = ? AND (fire_at, job_id) > (?, ?) AND fire_at <= ?
 ORDER BY fire_at, job_id
@@ -71,15 +71,18 @@ WHERE shard = ? AND owner_epoch = ? AND bucket <= ?;
 -- name: release_checkpoint
 UPDATE checkpoints SET owner = NULL, updated_at = ? WHERE shard = ? AND owner_epoch = ?;
 
--- name: record_fired
-UPDATE jobs SET status = 'fired', fired_at = ?, attempts = ? WHERE job_id = ?;
+-- name: select_fired_at
+SELECT fired_at FROM jobs_by_bucket WHERE bucket = ? AND shard = ? AND fire_at = ? AND job_id = ?;
+
+-- name: mark_fired
+UPDATE jobs_by_bucket SET fired_at = ? WHERE bucket = ? AND shard = ? AND fire_at = ? AND job_id = ?;
 
 -- name: record_retry
-UPDATE jobs SET status = 'pending', fire_at = ?, bucket = ?, shard = ?, attempts = ?, last_error = ?
+UPDATE jobs SET status = 'pending', fire_at = ?, bucket = ?, shard = ?, attempts = ?, last_error = ?, fired_at = ?
 WHERE job_id = ?;
 
 -- name: record_dead
-UPDATE jobs SET status = 'dead', attempts = ?, last_error = ? WHERE job_id = ?;
+UPDATE jobs SET status = 'dead', attempts = ?, last_error = ?, fired_at = ? WHERE job_id = ?;
 
 -- name: insert_dead_letter
 INSERT OR REPLACE INTO dead_letters (part, job_id, kind, due_at, attempts, error, died_at)

@@ -20,6 +20,7 @@ CREATE TABLE IF NOT EXISTS jobs_by_bucket (
     payload BLOB NOT NULL,
     payload_json INTEGER NOT NULL,
     attempts INTEGER NOT NULL,
+    fired_at INTEGER,
     PRIMARY KEY (bucket, shard, fire_at, job_id)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS jobs (

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ..errors import SchemaError
 from ..keys import DEFAULT_BUCKET_WIDTH_S, DEFAULT_SHARD_COUNT
 from ..layout import Layout, Layouts
-from ..model import Job
+from ..model import Job, Status
 from ..progress import Checkpoint, Key
 
 SCHEMA_VERSION = 1
@@ -138,12 +138,30 @@ class Store(ABC):
     # --- jobs ------------------------------------------------------------------------------
 
     @abstractmethod
-    def get(self, job_id: str) -> Job | None:
-        """The job, or None."""
+    def _job_rows(self, job_ids: Sequence[str]) -> dict[str, Job]:
+        """Lookup rows of the jobs that exist among ``job_ids``, as stored."""
 
     @abstractmethod
+    def _fired_at(self, jobs: Sequence[Job]) -> dict[str, int]:
+        """``fired_at`` of these jobs' bucket rows, for those that have one."""
+
+    def get(self, job_id: str) -> Job | None:
+        """The job with its derived status, or None."""
+        return self.get_many([job_id]).get(job_id)
+
     def get_many(self, job_ids: Sequence[str]) -> dict[str, Job]:
-        """The jobs that exist among ``job_ids``."""
+        """The jobs that exist among ``job_ids``, with their status.
+
+        A pending lookup row whose bucket row has been fired is reported fired: the
+        poller records firings in the bucket partition, not per job id.
+        """
+        rows = self._job_rows(job_ids)
+        pending = [j for j in rows.values() if j.status is Status.PENDING]
+        if pending:
+            for job_id, fired_ms in self._fired_at(pending).items():
+                job = rows[job_id]
+                rows[job_id] = job.evolve(status=Status.FIRED, fired_ms=fired_ms, attempts=job.attempts + 1)
+        return rows
 
     @abstractmethod
     def read_bucket(self, bucket: int, shard: int, after: tuple[int, str] | None,
@@ -194,16 +212,17 @@ class Store(ABC):
 
     @abstractmethod
     def record_fired(self, jobs: Sequence[Job], fired_ms: int) -> None:
-        """Mark jobs fired (attempts = job.attempts + 1). Plain writes: a lost update
-        leaves the status stale, never the job re-fired (the checkpoint decides that)."""
+        """Set ``fired_at`` on the jobs' bucket rows, in one write per partition. A new
+        owner re-reading those rows skips them; a lost write means at most a duplicate."""
 
     @abstractmethod
-    def record_retry(self, old: Job, new: Job, error: str) -> None:
-        """Write the retry's bucket row and point the lookup row at it, atomically."""
+    def record_retry(self, old: Job, new: Job, error: str, now_ms: int) -> None:
+        """Mark ``old``'s row fired, write the retry's bucket row and point the lookup row
+        at it, atomically."""
 
     @abstractmethod
     def record_dead(self, job: Job, error: str, now_ms: int) -> None:
-        """Mark the job dead and add it to the dead letters, atomically."""
+        """Mark the row fired, the job dead, and add it to the dead letters, atomically."""
 
     @abstractmethod
     def dead_letters(self) -> list[DeadLetter]:

@@ -275,11 +275,13 @@ class CassandraStore(Store):
 
     # --- jobs ------------------------------------------------------------------------
 
-    def get(self, job_id: str) -> Job | None:
-        rows = self.run("select_job", (job_id,), f"reading job {job_id!r}")
-        return job_from_row(rows[0], dt_ms) if rows else None
+    def _fired_at(self, jobs: Sequence[Job]) -> dict[str, int]:
+        stmt = self.prepared("select_fired_at")
+        results = self._concurrent([(stmt, bucket_key(j)) for j in jobs], "reading job status")
+        return {job.job_id: dt_ms(rows[0][0]) for job, rows in zip(jobs, results, strict=True)
+                if rows and rows[0][0] is not None}
 
-    def get_many(self, job_ids: Sequence[str]) -> dict[str, Job]:
+    def _job_rows(self, job_ids: Sequence[str]) -> dict[str, Job]:
         # Multi-partition IN reads in small groups: one request per READ_GROUP ids
         # instead of one per id (the client's CPU, not the server, limits bulk loads).
         stmt = self.prepared("select_jobs_in")
@@ -346,7 +348,7 @@ class CassandraStore(Store):
                                          raise_on_first_error=True, results_generator=False)
         except Exception as exc:
             raise translate(exc, what) from exc
-        return [rows for _ok, rows in results]
+        return [list(rows or ()) for _ok, rows in results]
 
     def _batch(self, what: str, items: list[tuple[str, tuple[Any, ...]]]) -> None:
         from cassandra.query import BatchStatement, BatchType
@@ -431,19 +433,38 @@ class CassandraStore(Store):
                 for sh, b, f, j, o, e, u in self.run("select_checkpoints")]
 
     def record_fired(self, jobs: Sequence[Job], fired_ms: int) -> None:
-        stmt = self.prepared("record_fired")
-        self._concurrent([(stmt, (fired_ms, j.attempts + 1, j.job_id)) for j in jobs],
-                         f"recording {len(jobs)} fired jobs")
+        """One single-partition batch per (bucket, shard): one mutation for many jobs."""
+        from cassandra.query import BatchStatement, BatchType
 
-    def record_retry(self, old: Job, new: Job, error: str) -> None:
+        stmt = self.prepared("mark_fired")
+        by_partition: dict[tuple[int, int], list[Job]] = defaultdict(list)
+        for job in jobs:
+            by_partition[(job.bucket, job.shard)].append(job)
+        writes: list[tuple[Any, Any]] = []
+        for group in by_partition.values():
+            for i in range(0, len(group), BATCH_ROWS):
+                part = group[i:i + BATCH_ROWS]
+                if len(part) == 1:
+                    writes.append((stmt, (fired_ms, *bucket_key(part[0]))))
+                    continue
+                batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+                for job in part:
+                    batch.add(stmt, (fired_ms, *bucket_key(job)))
+                writes.append((batch, None))
+        self._concurrent(writes, f"recording {len(jobs)} fired jobs")
+
+    def record_retry(self, old: Job, new: Job, error: str, now_ms: int) -> None:
         self._batch(f"scheduling a retry of {new.job_id!r}", [
+            ("mark_fired", (now_ms, *bucket_key(old))),
             ("insert_bucket_row", bucket_params(new)),
-            ("record_retry", (new.fire_ms, new.bucket, new.shard, new.attempts, error, new.job_id)),
+            ("record_retry", (new.fire_ms, new.bucket, new.shard, new.attempts, error, now_ms,
+                              new.job_id)),
         ])
 
     def record_dead(self, job: Job, error: str, now_ms: int) -> None:
         self._batch(f"dead-lettering {job.job_id!r}", [
-            ("record_dead", (job.attempts + 1, error, job.job_id)),
+            ("mark_fired", (now_ms, *bucket_key(job))),
+            ("record_dead", (job.attempts + 1, error, now_ms, job.job_id)),
             ("insert_dead_letter", (job_hash(job.job_id) % DEAD_LETTER_PARTS, job.job_id, job.kind,
                                     job.due_ms, job.attempts + 1, error, now_ms)),
         ])

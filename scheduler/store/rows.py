@@ -28,11 +28,14 @@ def job_from_row(row: Any, to_ms: Any = int) -> Job:
 
 
 def job_from_bucket_row(row: Any, to_ms: Any = int) -> Job:
-    """Build a pending Job from ``select_bucket_rows``'s column order."""
-    bucket, shard, fire_at, job_id, due_at, kind, payload, payload_json, attempts = row
-    return Job(job_id=job_id, kind=kind, data=bytes(payload or b""),
-               data_json=bool(payload_json), due_ms=to_ms(due_at), fire_ms=to_ms(fire_at),
-               bucket=int(bucket), shard=int(shard), attempts=int(attempts or 0))
+    """Build a Job from ``select_bucket_rows``'s column order: pending, or fired when the
+    row has ``fired_at``. A row left by a fire record racing a delete has no kind.
+    (Positional arguments: this runs once per row a poller reads.)"""
+    bucket, shard, fire_at, job_id, due_at, kind, payload, payload_json, attempts, fired_at = row
+    return Job(job_id, kind or "", payload or b"", bool(payload_json),
+               0 if due_at is None else to_ms(due_at), to_ms(fire_at), bucket, shard,
+               Status.PENDING if fired_at is None else Status.FIRED, attempts or 0,
+               None if fired_at is None else to_ms(fired_at), None)
 
 
 def job_params(job: Job, ts: Any = int) -> tuple[Any, ...]:

@@ -155,16 +155,20 @@ class SqliteStore(Store):
 
     # --- jobs --------------------------------------------------------------------------
 
-    def get(self, job_id: str) -> Job | None:
-        rows = self._all(_q("select_job"), (job_id,))
-        return job_from_row(rows[0]) if rows else None
-
-    def get_many(self, job_ids: Sequence[str]) -> dict[str, Job]:
+    def _job_rows(self, job_ids: Sequence[str]) -> dict[str, Job]:
         out: dict[str, Job] = {}
         for job_id in job_ids:
-            job = self.get(job_id)
-            if job is not None:
-                out[job_id] = job
+            rows = self._all(_q("select_job"), (job_id,))
+            if rows:
+                out[job_id] = job_from_row(rows[0])
+        return out
+
+    def _fired_at(self, jobs: Sequence[Job]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for job in jobs:
+            rows = self._all(_q("select_fired_at"), bucket_key(job))
+            if rows and rows[0][0] is not None:
+                out[job.job_id] = int(rows[0][0])
         return out
 
     def read_bucket(self, bucket: int, shard: int, after: tuple[int, str] | None,
@@ -229,17 +233,19 @@ class SqliteStore(Store):
 
     def record_fired(self, jobs: Sequence[Job], fired_ms: int) -> None:
         with self._tx() as db:
-            db.executemany(_q("record_fired"), [(fired_ms, j.attempts + 1, j.job_id) for j in jobs])
+            db.executemany(_q("mark_fired"), [(fired_ms, *bucket_key(j)) for j in jobs])
 
-    def record_retry(self, old: Job, new: Job, error: str) -> None:
+    def record_retry(self, old: Job, new: Job, error: str, now_ms: int) -> None:
         with self._tx() as db:
+            db.execute(_q("mark_fired"), (now_ms, *bucket_key(old)))
             db.execute(_q("insert_bucket_row"), bucket_params(new))
             db.execute(_q("record_retry"), (new.fire_ms, new.bucket, new.shard, new.attempts, error,
-                                            new.job_id))
+                                            now_ms, new.job_id))
 
     def record_dead(self, job: Job, error: str, now_ms: int) -> None:
         with self._tx() as db:
-            db.execute(_q("record_dead"), (job.attempts + 1, error, job.job_id))
+            db.execute(_q("mark_fired"), (now_ms, *bucket_key(job)))
+            db.execute(_q("record_dead"), (job.attempts + 1, error, now_ms, job.job_id))
             db.execute(_q("insert_dead_letter"), (job_hash(job.job_id) % DEAD_LETTER_PARTS, job.job_id,
                                                   job.kind, job.due_ms, job.attempts + 1, error, now_ms))
 

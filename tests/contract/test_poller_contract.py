@@ -208,3 +208,17 @@ def test_an_idempotent_retry_of_an_unsafe_write_moves_it(pstore, clock):
     clock.advance(9)  # the caller retries much later, the job now within a cursor's reach
     again = client.schedule("retry-me", T0 + timedelta(seconds=10), "k")
     assert again.fire_ms > first.fire_ms and again.due_ms == first.due_ms
+
+
+def test_rereading_the_open_bucket_costs_only_new_rows(pstore, clock):
+    client = Client(pstore, clock=clock)
+    client.schedule_many([JobSpec(f"o{i}", T0 + timedelta(seconds=5, milliseconds=i), "k")
+                          for i in range(500)])
+    rec = Recorder(clock)
+    poller = make_poller(pstore, clock, rec)
+    drive(poller, clock, 10)
+    assert len(rec.calls) == 500
+    reads, rows = poller.stats.reads, poller.stats.rows_read
+    drive(poller, clock, 20)  # the bucket is still open: it is re-read, from the cursor
+    assert poller.stats.reads > reads
+    assert poller.stats.rows_read == rows, "fired rows are never read again"

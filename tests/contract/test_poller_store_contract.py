@@ -60,12 +60,16 @@ def test_fired_retry_and_dead(store: Store):
     assert got.attempts == 1
 
     retry = job("b", fire_ms=T0_MS + 65_000).evolve(attempts=1)
-    store.record_retry(b, retry, "boom")
+    store.record_retry(b, retry, "boom", T0_MS + 5_020)
     got = store.get("b")
     assert got is not None and got.status is Status.PENDING and got.attempts == 1
-    assert got.last_error == "boom" and got.fire_ms == T0_MS + 65_000
+    assert got.last_error == "boom" and got.fire_ms == T0_MS + 65_000 and got.fired_ms == T0_MS + 5_020
     rows = store.read_bucket(retry.bucket, 0, None, 2**62, 10)
-    assert [(r.job_id, r.attempts) for r in rows] == [("b", 1)]
+    assert [(r.job_id, r.attempts, r.fired_ms) for r in rows] == [("b", 1, None)]
+    # The first attempt's row is marked, so a new owner re-reading it skips it.
+    first = store.read_bucket(b.bucket, 0, None, 2**62, 10)
+    assert {r.job_id: r.status for r in first} == {"a": Status.FIRED, "b": Status.FIRED,
+                                                    "c": Status.PENDING}
 
     store.record_dead(c, "no handler for kind 'k'", T0_MS)
     got = store.get("c")

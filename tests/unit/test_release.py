@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+from scheduler.clock import FakeClock
+from scheduler.model import Job
+from scheduler.ratelimit import TokenBucket
+from scheduler.release import ReleaseQueue
+
+
+def job(job_id: str, fire_ms: int, shard: int = 0) -> Job:
+    return Job(job_id=job_id, kind="k", data=b"", data_json=False, due_ms=fire_ms, fire_ms=fire_ms,
+               bucket=0, shard=shard)
+
+
+def test_token_bucket_on_monotonic_time():
+    clock = FakeClock()
+    tb = TokenBucket(10, burst=2, monotonic=clock.monotonic)
+    assert tb.try_take() and tb.try_take() and not tb.try_take()
+    assert abs(tb.wait_s() - 0.1) < 1e-9
+    clock.step_wall(3_600_000)  # a wall-clock step mints nothing
+    assert not tb.try_take()
+    clock.advance(0.1)
+    assert tb.try_take()
+    assert TokenBucket(None).try_take(1e9)
+
+
+def test_nothing_leaves_before_its_fire_time_and_oldest_first():
+    q = ReleaseQueue()
+    for i, t in enumerate([300, 100, 200]):
+        q.push(job(f"j{i}", t))
+    assert q.pop_ready(99, 10) == []
+    assert [j.job_id for j in q.pop_ready(250, 10)] == ["j1", "j2"]
+    assert q.next_wake_s(250) == 0.05
+    assert [j.job_id for j in q.pop_ready(300, 10)] == ["j0"]
+    assert len(q) == 0
+
+
+def test_poller_rate_bounds_a_burst_of_overdue_jobs():
+    clock = FakeClock()
+    q = ReleaseQueue(poller_rate=100, monotonic=clock.monotonic)
+    for i in range(1000):
+        q.push(job(f"j{i}", i))
+    released = []
+    for _ in range(10):  # one second
+        released += q.pop_ready(10_000, 1000)
+        clock.advance(0.1)
+    assert 95 <= len(released) <= 115
+    assert [j.job_id for j in released] == [f"j{i}" for i in range(len(released))]
+
+
+def test_a_throttled_shard_does_not_hold_back_the_others():
+    clock = FakeClock()
+    q = ReleaseQueue(shard_rate=1, monotonic=clock.monotonic)
+    for i in range(5):
+        q.push(job(f"busy{i}", i, shard=0))
+    q.push(job("other", 10, shard=1))
+    first = [j.job_id for j in q.pop_ready(100, 10)]
+    assert first == ["busy0", "other"]
+    clock.advance(1.0)
+    assert [j.job_id for j in q.pop_ready(100, 10)] == ["busy1"]
+
+
+def test_discard_shard():
+    q = ReleaseQueue()
+    q.push(job("a", 1, 0))
+    q.push(job("b", 2, 1))
+    assert [j.job_id for j in q.discard_shard(0)] == ["a"]
+    assert [j.job_id for j in q.drain()] == ["b"]
