@@ -333,7 +333,11 @@ def dead_replay(
 def run(
     handler: Annotated[str | None, typer.Option(help="module:function receiving every job.")] = None,
     app_: Annotated[str | None, typer.Option("--app", help="module:app, a scheduler.App.")] = None,
-    shards: Annotated[str | None, typer.Option(help="Shards to own, e.g. 0-15 (default: all).")] = None,
+    shards: Annotated[str | None, typer.Option(
+        help="Own exactly these shards, e.g. 0-15, without coordination.")] = None,
+    coordinator: Annotated[str | None, typer.Option(
+        help="local or zookeeper://h1:2181,h2:2181/root (default $SCHEDULER_COORDINATOR).")] = None,
+    session_timeout: Annotated[float, typer.Option(help="ZooKeeper session timeout, seconds.")] = 10.0,
     concurrency: Annotated[int, typer.Option(help="Handlers running at once.")] = 16,
     poll_interval: Annotated[float, typer.Option(help="Seconds between polls.")] = 1.0,
     max_rate: Annotated[float | None, typer.Option(help="Jobs/s this poller releases.")] = None,
@@ -349,7 +353,9 @@ def run(
     import threading
 
     from . import logs
+    from .coord import open_coordinator
     from .dispatch import load_app
+    from .fleet import Fleet
     from .layout import parse_shard_spec
     from .metrics import PollerMetrics, serve
     from .poller import Poller, PollerConfig
@@ -361,8 +367,11 @@ def run(
         if concurrency < 1 or poll_interval <= 0:
             raise InvalidInput("--concurrency must be >= 1 and --poll-interval > 0")
         the_app = load_app(handler, app_)
-        st = open_store(Settings.from_env().require_store(store))
-        owned = parse_shard_spec(shards) if shards else list(range(st.layouts().all_shards()))
+        settings = Settings.from_env()
+        st = open_store(settings.require_store(store))
+        owned = parse_shard_spec(shards) if shards else None
+        coord = None if owned is not None else open_coordinator(
+            coordinator or settings.coordinator, session_timeout_s=session_timeout)
         metrics = PollerMetrics()
         if metrics_address:
             serve(metrics, metrics_address)
@@ -372,11 +381,20 @@ def run(
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
-        poller.start(owned)
-        typer.echo(f"{poller.name}: polling shards {shards or f'0-{len(owned) - 1}'} of {st.url}", err=True)
+        if coord is None:
+            poller.start(owned or ())
+            typer.echo(f"{poller.name}: polling shards {shards} of {st.url}", err=True)
+        else:
+            fleet = Fleet(poller, coord)
+            fleet.start()
+            typer.echo(f"{poller.name}: joined the fleet ({coordinator or settings.coordinator}) "
+                       f"on {st.url}", err=True)
         while not stop.wait(0.5):
             pass
-        poller.stop()
+        if coord is None:
+            poller.stop()
+        else:
+            fleet.stop()
         st.close()
 
 

@@ -31,7 +31,7 @@ import random
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from .clock import Clock, SystemClock
@@ -136,6 +136,8 @@ class Poller:
         self._last_checkpoint = -1e9
         self._threads: list[threading.Thread] = []
         self._rand = random.Random()
+        # Set by a fleet: False while the coordinator cannot vouch for our ownership.
+        self.lease: Callable[[], bool] = lambda: True
 
     # --- ownership ------------------------------------------------------------------
 
@@ -144,9 +146,13 @@ class Poller:
         with self._cond:
             return set(self._shards)
 
-    def claim(self, shard: int, epoch: int) -> None:
-        """Start draining ``shard`` under fencing token ``epoch``. Raises ``OwnershipLost``
-        when a newer owner holds it."""
+    def claim(self, shard: int, epoch: int | None = None) -> None:
+        """Start draining ``shard`` under fencing token ``epoch`` (from the coordinator;
+        None, without one: the stored epoch + 1). Raises ``OwnershipLost`` when another
+        owner holds it with a newer epoch."""
+        if epoch is None:
+            current = {c.shard: c.owner_epoch for c in self.store.checkpoints()}
+            epoch = current.get(shard, 0) + 1
         initial = self.meta.origin_bucket - self.meta.bucket_width_s
         cp = self.store.claim_shard(shard, self.name, epoch, initial, self.clock.now_ms())
         with self._cond:
@@ -184,7 +190,7 @@ class Poller:
         log.info("released shard %d", shard, extra={"action": "shard_released", "shard": shard,
                                                      "checkpoint": st.saved.drained})
 
-    def _lose(self, shard: int, reason: str) -> None:
+    def lose(self, shard: int, reason: str) -> None:
         """Ownership moved: drop everything of the shard without writing for it again."""
         with self._cond:
             st = self._shards.pop(shard, None)
@@ -300,7 +306,7 @@ class Poller:
             self.store.save_checkpoint(shard, st.epoch, cp, self.clock.now_ms())
             st.saved = cp
         except OwnershipLost as exc:
-            self._lose(shard, str(exc))
+            self.lose(shard, str(exc))
         except SchedulerError as exc:
             log.warning("saving checkpoint of shard %d failed: %s", shard, exc,
                         extra={"action": "checkpoint_failed", "shard": shard})
@@ -347,6 +353,8 @@ class Poller:
 
     def release_ready(self) -> list[Job]:
         """Take the jobs that may fire now (due, within rate and concurrency bounds)."""
+        if not self.lease():
+            return []
         with self._cond:
             free = self._in_flight_cap - self.in_flight()
             if self._paused_reason is not None or self._stopping.is_set() or free <= 0:
@@ -476,7 +484,6 @@ class Poller:
 
     def start(self, shards: Iterable[int] = (), epoch: int | None = None) -> None:
         """Claim ``shards`` and start the background threads (the poll loop included)."""
-        epoch = epoch if epoch is not None else self.clock.now_ms()
         for shard in shards:
             self.claim(shard, epoch)
         for slot in range(self.config.concurrency):

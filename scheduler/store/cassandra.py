@@ -409,8 +409,8 @@ class CassandraStore(Store):
         if row is None:
             raise OwnershipLost(f"shard {shard}: checkpoint row vanished while claiming")
         bucket, fire, job_id, holder, held_epoch = row
-        if held_epoch != epoch:
-            raise OwnershipLost(f"shard {shard} is held by {holder} with a newer epoch {held_epoch}")
+        if held_epoch != epoch or holder != owner:
+            raise OwnershipLost(f"shard {shard} is held by {holder} with epoch {held_epoch}")
         return Checkpoint(int(bucket), None if fire is None else (dt_ms(fire), job_id))
 
     def save_checkpoint(self, shard: int, epoch: int, checkpoint: Checkpoint, now_ms: int) -> None:

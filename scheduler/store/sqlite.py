@@ -208,8 +208,8 @@ class SqliteStore(Store):
             db.execute(_q("claim_checkpoint"), (owner, epoch, now_ms, shard, epoch))
             bucket, fire, job_id, holder, held_epoch = db.execute(_q("select_checkpoint"),
                                                                   (shard,)).fetchone()
-        if held_epoch != epoch:
-            raise OwnershipLost(f"shard {shard} is held by {holder} with a newer epoch {held_epoch}")
+        if held_epoch != epoch or holder != owner:
+            raise OwnershipLost(f"shard {shard} is held by {holder} with epoch {held_epoch}")
         return Checkpoint(int(bucket), None if fire is None else (int(fire), job_id))
 
     def save_checkpoint(self, shard: int, epoch: int, checkpoint: Checkpoint, now_ms: int) -> None:

@@ -28,10 +28,12 @@ def test_claim_creates_then_fences(store: Store):
     assert store.claim_shard(3, "p2", 11, B0 - 60, T0_MS) == Checkpoint(B0, (T0_MS + 61_000, "x"))
     with pytest.raises(OwnershipLost):
         store.save_checkpoint(3, 10, Checkpoint(B0 + 60), T0_MS)
-    with pytest.raises(OwnershipLost, match="newer epoch 11"):
+    with pytest.raises(OwnershipLost, match="held by p2 with epoch 11"):
         store.claim_shard(3, "p1", 10, B0 - 60, T0_MS)
-    # Re-claiming with the same epoch is a no-op.
+    # Re-claiming with the same epoch is a no-op; another owner with an equal epoch loses.
     assert store.claim_shard(3, "p2", 11, B0 - 60, T0_MS).drained == B0
+    with pytest.raises(OwnershipLost):
+        store.claim_shard(3, "p3", 11, B0 - 60, T0_MS)
     rows = {c.shard: c for c in store.checkpoints()}
     assert rows[3].owner == "p2" and rows[3].owner_epoch == 11 and rows[3].drained == B0
 

@@ -3,42 +3,19 @@ SIGTERM, and kill -9 followed by a restart loses nothing."""
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from scheduler import Client, JobSpec, Status
+from scheduler import Client, Status
 from scheduler.clock import SystemClock
 from scheduler.store import SchemaOptions, open_store
 from tests.conftest import cassandra_url
 from tests.handlers import read_records
-
-ROOT = Path(__file__).parents[2]
-
-
-def start_poller(url: str, out: Path, *extra: str) -> subprocess.Popen[bytes]:
-    """A poller process; its log goes to ``<out>.log``."""
-    env = {**os.environ, "SCHEDULER_TEST_OUT": str(out), "SCHEDULER_STORE": url}
-    with open(f"{out}.log", "ab") as log:
-        return subprocess.Popen([sys.executable, "-m", "scheduler", "run", "--handler",
-                                 "tests.handlers:record", "--log-json", *extra], cwd=ROOT, env=env,
-                                stdout=subprocess.DEVNULL, stderr=log)
-
-
-def wait_until(pred, timeout: float, what: str) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+from tests.procs import schedule, start_poller, wait_until
 
 
 @pytest.fixture
@@ -50,13 +27,6 @@ def setup(cassandra_keyspace, tmp_path):
     yield url, client, tmp_path / "fired.log"
     client.close()
     store.close()
-
-
-def schedule(client: Client, n: int, over_s: float, lead_s: float = 4.0) -> dict[str, int]:
-    start = datetime.now(UTC) + timedelta(seconds=lead_s)
-    jobs = client.schedule_many([JobSpec(f"p{i}", start + timedelta(seconds=over_s * i / n), "record")
-                                 for i in range(n)])
-    return {j.job_id: j.due_ms for j in jobs}
 
 
 def test_sigterm_shuts_down_gracefully(setup):
@@ -103,10 +73,10 @@ def test_kill_9_then_restart_loses_nothing_and_fires_nothing_early(setup):
     records = read_records(str(out))
     counts = Counter(r[0] for r in records)
     assert set(counts) == set(due), "every acknowledged job fired"
-    assert all(fired >= due_ms for _, due_ms, fired, _ in records), "nothing fired early"
+    assert all(r.fired_ms >= r.due_ms for r in records), "nothing fired early"
     dups = {j for j, c in counts.items() if c > 1}
     # Duplicates are bounded by what was in flight: only jobs fired in the last
     # checkpoint interval (1 s) plus the recording delay before the kill can repeat.
-    recent = {r[0] for r in before if r[2] >= killed_at - 3000}
+    recent = {r.job_id for r in before if r.fired_ms >= killed_at - 3000}
     assert dups <= recent, dups - recent
     assert all(client.get(j).status is Status.FIRED for j in list(due)[:50])

@@ -1,0 +1,59 @@
+"""Which poller owns which shard: rendezvous (highest-random-weight) hashing. Pure.
+
+Every member computes the same answer from the same member list, with no coordination
+beyond membership. When one of N members joins or leaves, only the shards whose
+highest-weight member changed move: about S/N of them, instead of nearly all (kazoo's
+SetPartitioner).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import mmh3
+
+from .layout import Layouts
+
+
+def weight(shard: int, member: str) -> int:
+    return int(mmh3.hash(f"{shard}/{member}".encode(), 0x5EED, signed=False))
+
+
+def owner_of(shard: int, members: Iterable[str]) -> str | None:
+    """The member with the highest weight for ``shard`` (ties broken by name)."""
+    best: tuple[int, str] | None = None
+    for m in members:
+        cand = (weight(shard, m), m)
+        if best is None or cand > best:
+            best = cand
+    return None if best is None else best[1]
+
+
+def assign(shards: Iterable[int], members: Iterable[str]) -> dict[str, set[int]]:
+    """``{member: shards}`` for every member (idle members get an empty set)."""
+    names = sorted(set(members))
+    out: dict[str, set[int]] = {m: set() for m in names}
+    for shard in shards:
+        owner = owner_of(shard, names)
+        if owner is not None:
+            out[owner].add(shard)
+    return out
+
+
+def live_shards(layouts: Layouts, drained: dict[int, int], width_s: int) -> set[int]:
+    """The shards some not-yet-drained bucket still needs.
+
+    Every shard of the latest layout is live. A shard only older layouts have is live
+    until its checkpoint (``drained``: shard -> last drained bucket; absent = none yet)
+    has passed every bucket those layouts cover: up to the next layout's start, or as
+    far as the older layout's writers reached (its mark), whichever is later.
+    """
+    items = layouts.items
+    live = set(range(items[-1].shard_count))
+    for i, lay in enumerate(items[:-1]):
+        covered_until = max(items[i + 1].from_bucket, lay.mark_end)  # exclusive
+        for shard in range(items[-1].shard_count, lay.shard_count):
+            done = drained.get(shard)
+            if done is None or done + width_s < covered_until:
+                live.add(shard)
+    return live

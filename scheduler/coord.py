@@ -1,0 +1,301 @@
+"""Coordination of a poller fleet: membership, one lock per shard, fencing tokens, and
+a lease that says whether it is safe to fire right now.
+
+``--coordinator`` (or ``SCHEDULER_COORDINATOR``) picks the implementation:
+
+- ``zookeeper://h1:2181,h2:2181/root``: members are ephemeral nodes under
+  ``/root/members``; shard n's lock is a kazoo ``Lock`` under ``/root/locks/n``; the
+  fencing token is the ``czxid`` of our own lock node (64-bit, later holders get larger
+  values; never the sequence suffix, which is a signed 32-bit counter that wraps).
+- ``local``: in-process, for the embedded mode and the demo.
+
+Lease, for ZooKeeper: a round trip to the server that started at monotonic time t proves
+the session alive at t, so the server will not expire it before t + session timeout.
+We fire only until t + session_timeout / 2 and renew every session_timeout / 6, and stop
+at once on SUSPENDED. A process frozen (SIGSTOP, a long GC pause) past its session
+therefore finds its lease expired when it wakes, before its first release.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, ClassVar, Protocol
+from urllib.parse import urlparse
+
+from .errors import ConfigError, StoreUnavailable
+
+log = logging.getLogger("scheduler.coord")
+
+
+class Coordinator(Protocol):
+    member_id: str
+
+    def start(self, member_id: str) -> None: ...
+    def stop(self) -> None: ...
+    def members(self) -> list[str]:
+        """Live members, sorted."""
+
+    def try_acquire(self, shard: int) -> int | None:
+        """Take the shard's lock without waiting; its fencing token, or None."""
+
+    def release(self, shard: int) -> None: ...
+    def held(self) -> set[int]:
+        """Shards whose lock we still hold (a lost session empties it)."""
+
+    def lease_valid(self) -> bool:
+        """True while it is safe to fire for the shards held."""
+
+    def changed(self) -> int:
+        """A counter bumped on every membership or connection change."""
+
+
+class LocalCoordinator:
+    """In-process coordination: members and locks in a registry shared by root name."""
+
+    _registries: ClassVar[dict[str, dict[str, Any]]] = {}
+    _guard: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, root: str = "default") -> None:
+        with self._guard:
+            self._reg = self._registries.setdefault(
+                root, {"members": set(), "locks": {}, "counter": 0, "changes": 0})
+        self.member_id = ""
+
+    def start(self, member_id: str) -> None:
+        self.member_id = member_id
+        with self._guard:
+            self._reg["members"].add(member_id)
+            self._reg["changes"] += 1
+
+    def stop(self) -> None:
+        with self._guard:
+            self._reg["members"].discard(self.member_id)
+            for shard, (holder, _) in list(self._reg["locks"].items()):
+                if holder == self.member_id:
+                    del self._reg["locks"][shard]
+            self._reg["changes"] += 1
+
+    def members(self) -> list[str]:
+        with self._guard:
+            return sorted(self._reg["members"])
+
+    def try_acquire(self, shard: int) -> int | None:
+        with self._guard:
+            holder = self._reg["locks"].get(shard)
+            if holder is not None:
+                return int(holder[1]) if holder[0] == self.member_id else None
+            self._reg["counter"] += 1
+            # Above any epoch a stored checkpoint may hold from an earlier run.
+            token = time.time_ns() + self._reg["counter"]
+            self._reg["locks"][shard] = (self.member_id, token)
+            return int(token)
+
+    def release(self, shard: int) -> None:
+        with self._guard:
+            if self._reg["locks"].get(shard, ("",))[0] == self.member_id:
+                del self._reg["locks"][shard]
+
+    def held(self) -> set[int]:
+        with self._guard:
+            return {s for s, (h, _) in self._reg["locks"].items() if h == self.member_id}
+
+    def lease_valid(self) -> bool:
+        return True
+
+    def changed(self) -> int:
+        with self._guard:
+            return int(self._reg["changes"])
+
+
+def read_credentials(env: dict[str, str] | None = None) -> str | None:
+    """``user:password`` for ZooKeeper digest auth from ``SCHEDULER_ZK_AUTH`` or the file
+    named by ``SCHEDULER_ZK_AUTH_FILE``; never from the command line."""
+    env = dict(os.environ) if env is None else env
+    if env.get("SCHEDULER_ZK_AUTH"):
+        cred = env["SCHEDULER_ZK_AUTH"]
+    elif env.get("SCHEDULER_ZK_AUTH_FILE"):
+        try:
+            with open(env["SCHEDULER_ZK_AUTH_FILE"], encoding="utf-8") as fh:
+                cred = fh.read().strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read SCHEDULER_ZK_AUTH_FILE: {exc.strerror}") from None
+    else:
+        return None
+    if ":" not in cred or cred.startswith(":"):
+        raise ConfigError("ZooKeeper credentials must look like user:password")
+    return cred
+
+
+class ZooKeeperCoordinator:
+    def __init__(self, hosts: str, root: str, *, session_timeout_s: float = 10.0,
+                 credentials: str | None = None) -> None:
+        from kazoo.client import KazooClient
+        from kazoo.security import make_digest_acl
+
+        self.hosts, self.root = hosts, root.rstrip("/") or "/scheduler"
+        self.session_timeout_s = session_timeout_s
+        acl = None
+        auth = None
+        if credentials:
+            user, _, password = credentials.partition(":")
+            acl = [make_digest_acl(user, password, all=True)]
+            auth = [("digest", credentials)]
+        self.zk = KazooClient(hosts=hosts, timeout=session_timeout_s, default_acl=acl, auth_data=auth)
+        self.member_id = ""
+        self._locks: dict[int, Any] = {}
+        self._tokens: dict[int, int] = {}
+        self._lock = threading.Lock()
+        self._changes = 0
+        self._lease_until = 0.0
+        self._suspended = False
+        self._stop = threading.Event()
+        self._heart: threading.Thread | None = None
+
+    # --- lifecycle --------------------------------------------------------------------
+
+    def start(self, member_id: str) -> None:
+        from kazoo.exceptions import KazooException
+        from kazoo.handlers.threading import KazooTimeoutError
+
+        self.member_id = member_id
+        self.zk.add_listener(self._on_state)
+        try:
+            self.zk.start(timeout=15)
+        except (KazooTimeoutError, KazooException) as exc:
+            raise StoreUnavailable(
+                f"cannot reach ZooKeeper at {self.hosts} ({exc}); start it (ops/zookeeper start) "
+                "or fix --coordinator") from None
+        for path in (f"{self.root}/members", f"{self.root}/locks"):
+            self.zk.ensure_path(path)
+        self.zk.create(f"{self.root}/members/{member_id}", b"", ephemeral=True)
+        self.zk.ChildrenWatch(f"{self.root}/members", self._on_members)
+        self._renew()
+        self._heart = threading.Thread(target=self._heartbeat, name=f"{member_id}-zk", daemon=True)
+        self._heart.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for shard in list(self._locks):
+            self.release(shard)
+        with contextlib.suppress(Exception):  # already closed or never connected
+            self.zk.stop()
+            self.zk.close()
+
+    # --- events -----------------------------------------------------------------------
+
+    def _bump(self) -> None:
+        with self._lock:
+            self._changes += 1
+
+    def _on_members(self, children: list[str]) -> None:
+        self._bump()
+
+    def _on_state(self, state: str) -> None:
+        from kazoo.protocol.states import KazooState
+
+        if state == KazooState.SUSPENDED:
+            self._suspended = True
+            log.warning("ZooKeeper connection suspended: not firing until it is back",
+                        extra={"action": "zk_suspended"})
+        elif state == KazooState.LOST:
+            self._suspended = True
+            with self._lock:
+                self._locks.clear()
+                self._tokens.clear()
+            log.error("ZooKeeper session lost: every shard lock is gone",
+                      extra={"action": "zk_session_lost"})
+        else:
+            self._suspended = False
+            log.info("ZooKeeper connected", extra={"action": "zk_connected"})
+        self._bump()
+
+    def _renew(self) -> bool:
+        t0 = time.monotonic()
+        try:
+            self.zk.exists(f"{self.root}/members/{self.member_id}")
+        except Exception:
+            return False
+        self._lease_until = t0 + self.session_timeout_s / 2
+        return True
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(self.session_timeout_s / 6):
+            if self._renew():
+                self._verify_locks()
+
+    def _verify_locks(self) -> None:
+        """After a reconnect (or any time): drop locks whose node is gone or not ours."""
+        for shard, lock in list(self._locks.items()):
+            try:
+                stat = self.zk.exists(f"{lock.path}/{lock.node}") if lock.node else None
+            except Exception:
+                return
+            if stat is None or stat.czxid != self._tokens.get(shard):
+                with self._lock:
+                    self._locks.pop(shard, None)
+                    self._tokens.pop(shard, None)
+                self._bump()
+
+    # --- queries ----------------------------------------------------------------------
+
+    def members(self) -> list[str]:
+        try:
+            return sorted(self.zk.get_children(f"{self.root}/members"))
+        except Exception:
+            return []
+
+    def try_acquire(self, shard: int) -> int | None:
+        if shard in self._locks:
+            return self._tokens[shard]
+        lock = self.zk.Lock(f"{self.root}/locks/{shard}", self.member_id)
+        try:
+            if not lock.acquire(blocking=False):
+                return None
+            stat = self.zk.exists(f"{lock.path}/{lock.node}")
+        except Exception as exc:
+            log.warning("acquiring shard %d failed: %s", shard, exc, extra={"action": "zk_lock_failed"})
+            return None
+        if stat is None:
+            return None
+        with self._lock:
+            self._locks[shard] = lock
+            self._tokens[shard] = int(stat.czxid)
+        return int(stat.czxid)
+
+    def release(self, shard: int) -> None:
+        with self._lock:
+            lock = self._locks.pop(shard, None)
+            self._tokens.pop(shard, None)
+        if lock is not None:
+            with contextlib.suppress(Exception):  # session gone: its ephemeral node went with it
+                lock.release()
+
+    def held(self) -> set[int]:
+        with self._lock:
+            return set(self._locks)
+
+    def lease_valid(self) -> bool:
+        return not self._suspended and self.zk.connected and time.monotonic() < self._lease_until
+
+    def changed(self) -> int:
+        with self._lock:
+            return self._changes
+
+
+def open_coordinator(url: str | None, *, session_timeout_s: float = 10.0,
+                     credentials: Callable[[], str | None] = read_credentials) -> Coordinator:
+    """``local`` or ``zookeeper://h1:2181,h2:2181/root``."""
+    if not url or url == "local":
+        return LocalCoordinator()
+    if url.startswith("local:"):
+        return LocalCoordinator(url.split(":", 1)[1] or "default")
+    parsed = urlparse(url)
+    if parsed.scheme != "zookeeper" or not parsed.netloc:
+        raise ConfigError(f"unknown coordinator {url!r}: use local or zookeeper://HOST:PORT[,HOST:PORT]/ROOT")
+    return ZooKeeperCoordinator(parsed.netloc, parsed.path or "/scheduler",
+                                session_timeout_s=session_timeout_s, credentials=credentials())

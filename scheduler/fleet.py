@@ -1,0 +1,113 @@
+"""A poller in a fleet: keeps the shards rendezvous hashing gives it over the live
+members, and only those.
+
+Loop (every ``tick_s``): read the members; once they have been stable for ``debounce_s``,
+compute this member's shards over the live shard set (``assign.live_shards``: the latest
+layout's shards plus older layouts' shards not yet drained past their cutover). Shards no
+longer ours are handed over (in-flight rows finish, checkpoint, lock released); shards
+newly ours are taken as soon as their lock is free, with the lock node's czxid as the
+fencing token. A shard the poller lost (a fenced write was refused) or whose lock went
+with the session is dropped at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from .assign import assign, live_shards
+from .coord import Coordinator
+from .errors import OwnershipLost, SchedulerError
+from .poller import Poller
+
+log = logging.getLogger("scheduler.fleet")
+
+
+class Fleet:
+    def __init__(self, poller: Poller, coordinator: Coordinator, *, tick_s: float = 0.5,
+                 debounce_s: float = 1.0, live_refresh_s: float = 5.0) -> None:
+        self.poller = poller
+        self.coord = coordinator
+        self.tick_s = tick_s
+        self.debounce_s = debounce_s
+        self.live_refresh_s = live_refresh_s
+        self._live: set[int] = set()
+        self._live_at = -1e9
+        self._seen_members: list[str] = []
+        self._members_since = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.moves = 0
+
+    def start(self) -> None:
+        self.coord.start(self.poller.name)
+        self.poller.lease = self.coord.lease_valid
+        self.poller.start()
+        self._thread = threading.Thread(target=self._loop, name=f"{self.poller.name}-fleet", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Planned leave: stop rebalancing, stop the poller (checkpoints saved, shards
+        released in the store), then release the locks and leave the membership."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        self.poller.stop()
+        self.coord.stop()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.rebalance()
+            except SchedulerError as exc:
+                log.warning("rebalance failed: %s", exc, extra={"action": "rebalance_failed"})
+            self._stop.wait(self.tick_s)
+
+    def _live_shards(self) -> set[int]:
+        now = time.monotonic()
+        if now - self._live_at >= self.live_refresh_s or not self._live:
+            store = self.poller.store
+            drained = {c.shard: c.drained for c in store.checkpoints()}
+            self._live = live_shards(store.layouts(), drained, self.poller.meta.bucket_width_s)
+            self._live_at = now
+        return self._live
+
+    def rebalance(self) -> None:
+        poller, coord = self.poller, self.coord
+        # Shards whose lock went with the session, or that the poller lost to fencing.
+        held = coord.held()
+        for shard in poller.shards - held:
+            poller.lose(shard, "its ZooKeeper lock is gone")
+        for shard in held - poller.shards:
+            if shard in poller.stats.lost_shards:
+                coord.release(shard)
+        members = coord.members()
+        if members != self._seen_members:
+            self._seen_members, self._members_since = members, time.monotonic()
+            return
+        if self.poller.name not in members or time.monotonic() - self._members_since < self.debounce_s:
+            return
+        mine = assign(self._live_shards(), members).get(self.poller.name, set())
+        owned = poller.shards
+        for shard in sorted(owned - mine):
+            poller.release(shard)
+            coord.release(shard)
+            self._moved("released", shard)
+        if not coord.lease_valid():
+            return
+        for shard in sorted(mine - poller.shards):
+            token = coord.try_acquire(shard)
+            if token is None:
+                continue  # the previous owner is still handing it over
+            try:
+                poller.claim(shard, token)
+                self._moved("acquired", shard)
+            except OwnershipLost as exc:
+                coord.release(shard)
+                log.warning("could not claim shard %d: %s", shard, exc, extra={"action": "claim_refused"})
+
+    def _moved(self, what: str, shard: int) -> None:
+        self.moves += 1
+        self.poller.metrics.rebalances.inc()
+        log.info("%s shard %d", what, shard, extra={"action": f"shard_{what}", "shard": shard})

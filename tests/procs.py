@@ -1,0 +1,41 @@
+"""Helpers for tests that run real poller processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from scheduler import Client, JobSpec
+
+ROOT = Path(__file__).parents[1]
+
+
+def start_poller(url: str, out: Path, *extra: str, env: dict[str, str] | None = None,
+                 handler: str = "tests.handlers:record") -> subprocess.Popen[bytes]:
+    """A `scheduler run` process recording into ``out``; its log goes to ``<out>.log``."""
+    full_env = {**os.environ, "SCHEDULER_TEST_OUT": str(out), "SCHEDULER_STORE": url, **(env or {})}
+    with open(f"{out}.log", "ab") as log:
+        return subprocess.Popen([sys.executable, "-m", "scheduler", "run", "--handler", handler,
+                                 "--log-json", *extra], cwd=ROOT, env=full_env,
+                                stdout=subprocess.DEVNULL, stderr=log)
+
+
+def wait_until(pred: Callable[[], bool], timeout: float, what: str) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def schedule(client: Client, n: int, over_s: float, lead_s: float = 4.0, prefix: str = "p") -> dict[str, int]:
+    start = datetime.now(UTC) + timedelta(seconds=lead_s)
+    jobs = client.schedule_many([JobSpec(f"{prefix}{i}", start + timedelta(seconds=over_s * i / n), "record")
+                                 for i in range(n)])
+    return {j.job_id: j.due_ms for j in jobs}
