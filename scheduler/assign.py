@@ -30,13 +30,24 @@ def owner_of(shard: int, members: Iterable[str]) -> str | None:
 
 
 def assign(shards: Iterable[int], members: Iterable[str]) -> dict[str, set[int]]:
-    """``{member: shards}`` for every member (idle members get an empty set)."""
+    """``{member: shards}`` for every member (idle members get an empty set).
+
+    Rendezvous hashing with bounded loads: each shard goes to the highest-weight member
+    that has fewer than ``ceil(S / N)`` shards. Plain rendezvous hashing can give one
+    member 30% more than its share, and the busiest member bounds a fleet's throughput;
+    the bound costs a few extra moves on a membership change.
+    """
     names = sorted(set(members))
     out: dict[str, set[int]] = {m: set() for m in names}
-    for shard in shards:
-        owner = owner_of(shard, names)
-        if owner is not None:
-            out[owner].add(shard)
+    todo = sorted(set(shards))
+    if not names:
+        return out
+    cap = -(-len(todo) // len(names))
+    for shard in todo:
+        for _, member in sorted(((weight(shard, m), m) for m in names), reverse=True):
+            if len(out[member]) < cap:
+                out[member].add(shard)
+                break
     return out
 
 

@@ -20,7 +20,9 @@ from typing import Any
 
 from .client import Client, JobSpec
 from .clock import SystemClock
+from .coord import LocalCoordinator
 from .dispatch import App
+from .fleet import Fleet
 from .keys import from_ms
 from .model import Job
 from .poller import Poller, PollerConfig
@@ -77,10 +79,6 @@ class Tally:
                 self.early += 1
 
 
-def _split(shards: int, pollers: int) -> list[list[int]]:
-    return [[s for s in range(shards) if s % pollers == p] for p in range(pollers)]
-
-
 def run_demo(jobs: int = 2000, pollers: int = 2, seconds: float = 20.0, store_url: str | None = None,
              shards: int = 16, on_tick: Callable[[dict[str, Any]], None] | None = None) -> DemoSummary:
     """Run the demo end to end; ``on_tick`` receives live progress about 4 times a second."""
@@ -104,11 +102,14 @@ def run_demo(jobs: int = 2000, pollers: int = 2, seconds: float = 20.0, store_ur
         tally = Tally()
         app = App.for_function(tally)
         config = PollerConfig(poll_interval_s=1.0, concurrency=8)
-        fleet = [Poller(store, app, clock=clock, config=config, name=f"demo-poller-{p}")
+        # In-process coordination: the same fleet logic as with ZooKeeper (membership,
+        # rendezvous assignment, shard locks), in a registry private to this run.
+        fleet = [Fleet(Poller(store, app, clock=clock, config=config, name=f"demo-poller-{p}"),
+                       LocalCoordinator(f"demo-{run_id}"), debounce_s=0.5)
                  for p in range(pollers)]
         t0 = time.monotonic()
-        for poller, owned in zip(fleet, _split(total_shards, pollers), strict=True):
-            poller.start(owned)
+        for member in fleet:
+            member.start()
         deadline = t0 + lead_s + seconds + 30
         try:
             while time.monotonic() < deadline:
@@ -127,8 +128,8 @@ def run_demo(jobs: int = 2000, pollers: int = 2, seconds: float = 20.0, store_ur
                     break
                 time.sleep(0.25)
         finally:
-            for poller in fleet:
-                poller.stop(timeout_s=5)
+            for member in fleet:
+                member.stop()
         elapsed = time.monotonic() - t0
         fired = tally.fired
         lat = tally.lateness_ms

@@ -1,0 +1,161 @@
+"""Fleet benchmarks: real poller processes, a real ZooKeeper and Cassandra.
+
+- ``shards_moved``: shards that change owner when one poller joins or leaves a fleet of
+  N = 2, 4, 8 (S = 64), from the assignment function the fleet runs.
+- ``fleet_scaling``: throughput of 1, 2 and 4 pollers (concurrency 16 each) with a 10 ms
+  I/O-bound handler, 64 shards. Goal: 4 pollers >= 3.5x one.
+- ``handover``: the longest pause of a shard (max lateness of jobs due just after the
+  event, at a steady 200 jobs/s) after a planned leave (SIGTERM) and after kill -9
+  (session timeout 4 s).
+
+    .venv/bin/python -m bench.fleet [--quick] [--json] [--zk 127.0.0.1:2181]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from bench.common import drop, fresh_store, machine, report
+from scheduler import Client, JobSpec
+from scheduler.assign import assign
+
+
+def moved(before: dict[str, set[int]], after: dict[str, set[int]]) -> int:
+    where = {s: m for m, shards in before.items() for s in shards}
+    return sum(1 for m, shards in after.items() for s in shards if where.get(s) != m)
+
+
+def shards_moved(shards: int = 64) -> dict[str, Any]:
+    out: dict[str, Any] = {"shards": shards}
+    for n in (2, 4, 8):
+        members = [f"poller-{i}" for i in range(n)]
+        base = assign(range(shards), members)
+        out[f"n{n}"] = {"join": moved(base, assign(range(shards), [*members, "joiner"])),
+                        "leave": moved(base, assign(range(shards), members[1:])),
+                        "ideal_join": round(shards / (n + 1), 1), "ideal_leave": round(shards / n, 1)}
+    return out
+
+
+def start(url: str, zk: str, out: Path, *extra: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "SCHEDULER_STORE": url, "BENCH_OUT": str(out)}
+    return subprocess.Popen([sys.executable, "-m", "scheduler", "run", "--handler", "bench.noop:sleep10",
+                             "--coordinator", zk, "--session-timeout", "4", *extra], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def records(path: Path) -> list[tuple[str, int, int]]:
+    if not path.exists():
+        return []
+    return [(a, int(b), int(c)) for a, b, c in (ln.split() for ln in path.read_text().splitlines())]
+
+
+def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def scaling_run(host: str, zk_hosts: str, pollers: int, jobs: int, tmp: Path) -> float:
+    store = fresh_store(host, "bench_fleet", 64)
+    out = tmp / f"scale-{pollers}.log"
+    zk = f"zookeeper://{zk_hosts}/bench-fleet-{time.time_ns()}"
+    procs = [start(store.url, zk, out, "--concurrency", "16") for _ in range(pollers)]
+    try:
+        time.sleep(6)  # everyone joined, the assignment settled, shards claimed
+        client = Client(store)
+        due = datetime.now(UTC) + timedelta(seconds=5)
+        client.schedule_many([JobSpec(f"s{i}", due, "bench") for i in range(jobs)])
+        deadline = time.monotonic() + 300
+        while len(records(out)) < jobs and time.monotonic() < deadline:
+            time.sleep(0.2)
+        recs = records(out)
+        first, last = min(r[2] for r in recs), max(r[2] for r in recs)
+        return len(recs) / max(0.001, (last - first) / 1000)
+    finally:
+        stop_all(procs)
+        drop(store)
+        store.close()
+
+
+def fleet_scaling(host: str, zk_hosts: str, jobs: int, tmp: Path) -> dict[str, Any]:
+    rates = {n: scaling_run(host, zk_hosts, n, jobs, tmp) for n in (1, 2, 4)}
+    ratio = rates[4] / rates[1]
+    return {"jobs": jobs, "handler": "sleep 10 ms", "concurrency_per_poller": 16,
+            **{f"pollers_{n}_jobs_per_s": round(r) for n, r in rates.items()},
+            "ratio_4_to_1": round(ratio, 2), "goal": ">= 3.5", "met": ratio >= 3.5}
+
+
+def handover(host: str, zk_hosts: str, tmp: Path, seconds: int = 30) -> dict[str, Any]:
+    store = fresh_store(host, "bench_handover", 16)
+    out = tmp / "handover.log"
+    zk = f"zookeeper://{zk_hosts}/bench-handover-{time.time_ns()}"
+    procs = [start(store.url, zk, out) for _ in range(3)]
+    try:
+        client = Client(store)
+        t0 = datetime.now(UTC) + timedelta(seconds=8)
+        client.schedule_many([JobSpec(f"h{i}", t0 + timedelta(milliseconds=5 * i), "bench")
+                              for i in range(200 * seconds)])
+        start_ms = int(t0.timestamp() * 1000)
+        time.sleep(max(0.0, start_ms / 1000 - time.time()) + seconds / 3)
+        leave_ms = int(time.time() * 1000)
+        procs[0].send_signal(signal.SIGTERM)
+        time.sleep(seconds / 3)
+        kill_ms = int(time.time() * 1000)
+        procs[1].kill()
+        deadline = time.monotonic() + seconds / 3 + 60
+        while len({r[0] for r in records(out)}) < 200 * seconds and time.monotonic() < deadline:
+            time.sleep(0.2)
+        recs = records(out)
+
+        def pause(after: int, until: int) -> float:
+            late = [fired - due for _, due, fired in recs if after <= due < until]
+            return round(max(late, default=0) / 1000, 2)
+
+        return {"planned_leave_pause_s": pause(leave_ms, kill_ms),
+                "kill_9_pause_s": pause(kill_ms, kill_ms + 15_000),
+                "session_timeout_s": 4, "fired": len({r[0] for r in recs}), "scheduled": 200 * seconds}
+    finally:
+        stop_all(procs)
+        drop(store)
+        store.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--zk", default="127.0.0.1:2181")
+    ap.add_argument("--only", nargs="*", default=["shards_moved", "fleet_scaling", "handover"])
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    results: dict[str, Any] = {"machine": machine(), "quick": args.quick}
+    with tempfile.TemporaryDirectory() as tmp:
+        steps = {
+            "shards_moved": lambda: shards_moved(),
+            "fleet_scaling": lambda: fleet_scaling(args.host, args.zk, 8000 if args.quick else 24000,
+                                                   Path(tmp)),
+            "handover": lambda: handover(args.host, args.zk, Path(tmp), 30 if args.quick else 45),
+        }
+        for name in args.only:
+            print(f"running {name} ...", file=sys.stderr)
+            results[name] = steps[name]()
+            print(f"  {results[name]}", file=sys.stderr)
+    report(results, args.json)
+
+
+if __name__ == "__main__":
+    main()
