@@ -82,9 +82,10 @@ def scaling_run(host: str, zk_hosts: str, pollers: int, jobs: int, tmp: Path) ->
         deadline = time.monotonic() + 300
         while len(records(out)) < jobs and time.monotonic() < deadline:
             time.sleep(0.2)
-        recs = records(out)
-        first, last = min(r[2] for r in recs), max(r[2] for r in recs)
-        return len(recs) / max(0.001, (last - first) / 1000)
+        # The rate over the middle 80% of firings: ramp-up and the tail are noise.
+        fired = sorted(r[2] for r in records(out))
+        lo, hi = fired[len(fired) // 10], fired[len(fired) * 9 // 10]
+        return (len(fired) * 0.8) / max(0.001, (hi - lo) / 1000)
     finally:
         stop_all(procs)
         drop(store)
@@ -121,13 +122,20 @@ def handover(host: str, zk_hosts: str, tmp: Path, seconds: int = 30) -> dict[str
             time.sleep(0.2)
         recs = records(out)
 
+        first: dict[str, tuple[int, int]] = {}
+        for job_id, due, fired in recs:  # a duplicate's second firing is not a pause
+            if job_id not in first or fired < first[job_id][1]:
+                first[job_id] = (due, fired)
+
         def pause(after: int, until: int) -> float:
-            late = [fired - due for _, due, fired in recs if after <= due < until]
+            late = [fired - due for due, fired in first.values() if after <= due < until]
             return round(max(late, default=0) / 1000, 2)
 
-        return {"planned_leave_pause_s": pause(leave_ms, kill_ms),
-                "kill_9_pause_s": pause(kill_ms, kill_ms + 15_000),
-                "session_timeout_s": 4, "fired": len({r[0] for r in recs}), "scheduled": 200 * seconds}
+        # Jobs due up to 2 s before an event may be in the leaver's hands (prefetched).
+        return {"planned_leave_pause_s": pause(leave_ms - 2000, kill_ms - 2000),
+                "kill_9_pause_s": pause(kill_ms - 2000, kill_ms + 15_000),
+                "session_timeout_s": 4, "fired": len(first), "duplicates": len(recs) - len(first),
+                "scheduled": 200 * seconds}
     finally:
         stop_all(procs)
         drop(store)

@@ -128,6 +128,7 @@ class Poller:
         # jobs get here, so this costs no precision.
         self._in_flight_cap = self.config.concurrency + self.config.queue_ahead
         self._stopping = threading.Event()
+        self._wake = threading.Event()  # set to poll before the interval is up
         self._stopped = threading.Event()
         self._paused_reason: str | None = None
         self._layouts: Layouts | None = None
@@ -159,6 +160,7 @@ class Poller:
             self._shards[shard] = _Shard(ShardProgress(shard, self.meta.bucket_width_s, cp), epoch, cp)
             self.metrics.owned_shards.set(len(self._shards))
             self._cond.notify_all()
+        self._wake.set()  # read the new shard now, not at the next tick
         log.info("claimed shard %d at bucket %d", shard, cp.drained,
                  extra={"action": "shard_claimed", "shard": shard, "epoch": epoch,
                         "checkpoint": cp.drained, "poller": self.name})
@@ -513,13 +515,15 @@ class Poller:
                         self._cond.wait(0.05)
                 continue
             remaining = self.config.poll_interval_s - (self.clock.monotonic() - started)
-            self._stopping.wait(max(0.0, remaining))
+            self._wake.wait(max(0.0, remaining))
+            self._wake.clear()
 
     def stop(self, timeout_s: float | None = None) -> None:
         """Graceful shutdown: stop reading and releasing, let in-flight handlers finish
         (up to the timeout), record their outcomes, save checkpoints, release shards."""
         timeout = self.config.shutdown_timeout_s if timeout_s is None else timeout_s
         self._stopping.set()
+        self._wake.set()
         with self._cond:
             self._queue.drain()  # unfired rows stay in the store, after the checkpoint
             self._cond.notify_all()
