@@ -347,7 +347,9 @@ def run(
     log_json: Annotated[bool, typer.Option("--log-json", help="JSON log lines.")] = False,
     store: StoreOpt = None,
 ) -> None:
-    """Run a poller until SIGTERM or SIGINT, then shut down gracefully (exit 0)."""
+    """Run a poller until SIGTERM or SIGINT, then shut down gracefully (exit 0).
+
+    Exits 3 when its ZooKeeper session expired (run it under a supervisor)."""
     import os
     import signal
     import threading
@@ -390,12 +392,17 @@ def run(
             typer.echo(f"{poller.name}: joined the fleet ({coordinator or settings.coordinator}) "
                        f"on {st.url}", err=True)
         while not stop.wait(0.5):
-            pass
+            if coord is not None and fleet.ended.is_set():
+                break
         if coord is None:
             poller.stop()
         else:
             fleet.stop()
         st.close()
+        if coord is not None and fleet.ended.is_set():
+            typer.echo(f"{poller.name}: ZooKeeper session lost; exiting so a supervisor restarts it",
+                       err=True)
+            raise typer.Exit(3)
 
 
 @app.command()

@@ -53,6 +53,9 @@ class Coordinator(Protocol):
     def changed(self) -> int:
         """A counter bumped on every membership or connection change."""
 
+    def session_lost(self) -> bool:
+        """True once the session expired: every lock is gone, and this member with it."""
+
 
 class LocalCoordinator:
     """In-process coordination: members and locks in a registry shared by root name."""
@@ -111,6 +114,9 @@ class LocalCoordinator:
         with self._guard:
             return int(self._reg["changes"])
 
+    def session_lost(self) -> bool:
+        return False
+
 
 def read_credentials(env: dict[str, str] | None = None) -> str | None:
     """``user:password`` for ZooKeeper digest auth from ``SCHEDULER_ZK_AUTH`` or the file
@@ -153,6 +159,7 @@ class ZooKeeperCoordinator:
         self._changes = 0
         self._lease_until = 0.0
         self._suspended = False
+        self._lost = threading.Event()
         self._stop = threading.Event()
         self._heart: threading.Thread | None = None
 
@@ -204,6 +211,7 @@ class ZooKeeperCoordinator:
                         extra={"action": "zk_suspended"})
         elif state == KazooState.LOST:
             self._suspended = True
+            self._lost.set()
             with self._lock:
                 self._locks.clear()
                 self._tokens.clear()
@@ -280,7 +288,11 @@ class ZooKeeperCoordinator:
             return set(self._locks)
 
     def lease_valid(self) -> bool:
-        return not self._suspended and self.zk.connected and time.monotonic() < self._lease_until
+        return (not self._suspended and not self._lost.is_set() and self.zk.connected
+                and time.monotonic() < self._lease_until)
+
+    def session_lost(self) -> bool:
+        return self._lost.is_set()
 
     def changed(self) -> int:
         with self._lock:

@@ -8,6 +8,11 @@ longer ours are handed over (in-flight rows finish, checkpoint, lock released); 
 newly ours are taken as soon as their lock is free, with the lock node's czxid as the
 fencing token. A shard the poller lost (a fenced write was refused) or whose lock went
 with the session is dropped at once.
+
+A lost session (expired while the process was frozen or cut off) ends the member: it
+drops every shard and sets ``ended``; ``scheduler run`` then exits with status 3 so its
+supervisor starts a fresh member. Crash-only recovery keeps one path for "my ownership
+may be stale": start over.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ class Fleet:
         self._seen_members: list[str] = []
         self._members_since = 0.0
         self._stop = threading.Event()
+        self.ended = threading.Event()
         self._thread: threading.Thread | None = None
         self.moves = 0
 
@@ -75,6 +81,15 @@ class Fleet:
 
     def rebalance(self) -> None:
         poller, coord = self.poller, self.coord
+        if coord.session_lost():
+            for shard in poller.shards:
+                poller.lose(shard, "the ZooKeeper session expired")
+            if not self.ended.is_set():
+                log.error("ZooKeeper session lost: leaving the fleet; restart this poller",
+                          extra={"action": "member_ended"})
+                self.ended.set()
+            self._stop.set()
+            return
         # Shards whose lock went with the session, or that the poller lost to fencing.
         held = coord.held()
         for shard in poller.shards - held:

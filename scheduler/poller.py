@@ -385,7 +385,12 @@ class Poller:
 
     def _worker(self, slot: int) -> None:
         while (job := self._work.get()) is not None:
-            self.fire(job, slot)
+            if self.lease():
+                self.fire(job, slot)
+            else:
+                # Ownership is in doubt (a freeze, a lost connection): the job stays
+                # unfired and unrecorded, for whoever owns its shard.
+                self._finished[slot] += 1
 
     def _releaser(self) -> None:
         while not self._stopping.is_set():
