@@ -77,7 +77,8 @@ def scaling_run(host: str, zk_hosts: str, pollers: int, jobs: int, tmp: Path) ->
     try:
         time.sleep(6)  # everyone joined, the assignment settled, shards claimed
         client = Client(store)
-        due = datetime.now(UTC) + timedelta(seconds=5)
+        # Every job is stored well before it is due: the pollers, not the producer, set the pace.
+        due = datetime.now(UTC) + timedelta(seconds=8 + jobs / 2000)
         client.schedule_many([JobSpec(f"s{i}", due, "bench") for i in range(jobs)])
         deadline = time.monotonic() + 300
         while len(records(out)) < jobs and time.monotonic() < deadline:
