@@ -50,9 +50,6 @@ class Coordinator(Protocol):
     def lease_valid(self) -> bool:
         """True while it is safe to fire for the shards held."""
 
-    def changed(self) -> int:
-        """A counter bumped on every membership or connection change."""
-
     def session_lost(self) -> bool:
         """True once the session expired: every lock is gone, and this member with it."""
 
@@ -66,14 +63,13 @@ class LocalCoordinator:
     def __init__(self, root: str = "default") -> None:
         with self._guard:
             self._reg = self._registries.setdefault(
-                root, {"members": set(), "locks": {}, "counter": 0, "changes": 0})
+                root, {"members": set(), "locks": {}, "counter": 0})
         self.member_id = ""
 
     def start(self, member_id: str) -> None:
         self.member_id = member_id
         with self._guard:
             self._reg["members"].add(member_id)
-            self._reg["changes"] += 1
 
     def stop(self) -> None:
         with self._guard:
@@ -81,7 +77,6 @@ class LocalCoordinator:
             for shard, (holder, _) in list(self._reg["locks"].items()):
                 if holder == self.member_id:
                     del self._reg["locks"][shard]
-            self._reg["changes"] += 1
 
     def members(self) -> list[str]:
         with self._guard:
@@ -109,10 +104,6 @@ class LocalCoordinator:
 
     def lease_valid(self) -> bool:
         return True
-
-    def changed(self) -> int:
-        with self._guard:
-            return int(self._reg["changes"])
 
     def session_lost(self) -> bool:
         return False
@@ -156,7 +147,6 @@ class ZooKeeperCoordinator:
         self._locks: dict[int, Any] = {}
         self._tokens: dict[int, int] = {}
         self._lock = threading.Lock()
-        self._changes = 0
         self._lease_until = 0.0
         self._suspended = False
         self._lost = threading.Event()
@@ -179,8 +169,8 @@ class ZooKeeperCoordinator:
                 "or fix --coordinator") from None
         for path in (f"{self.root}/members", f"{self.root}/locks"):
             self.zk.ensure_path(path)
+        # The fleet reads the member list every tick (0.5 s), so no watch is needed.
         self.zk.create(f"{self.root}/members/{member_id}", b"", ephemeral=True)
-        self.zk.ChildrenWatch(f"{self.root}/members", self._on_members)
         self._renew()
         self._heart = threading.Thread(target=self._heartbeat, name=f"{member_id}-zk", daemon=True)
         self._heart.start()
@@ -194,13 +184,6 @@ class ZooKeeperCoordinator:
             self.zk.close()
 
     # --- events -----------------------------------------------------------------------
-
-    def _bump(self) -> None:
-        with self._lock:
-            self._changes += 1
-
-    def _on_members(self, children: list[str]) -> None:
-        self._bump()
 
     def _on_state(self, state: str) -> None:
         from kazoo.protocol.states import KazooState
@@ -220,7 +203,6 @@ class ZooKeeperCoordinator:
         else:
             self._suspended = False
             log.info("ZooKeeper connected", extra={"action": "zk_connected"})
-        self._bump()
 
     def _renew(self) -> bool:
         t0 = time.monotonic()
@@ -247,7 +229,6 @@ class ZooKeeperCoordinator:
                 with self._lock:
                     self._locks.pop(shard, None)
                     self._tokens.pop(shard, None)
-                self._bump()
 
     # --- queries ----------------------------------------------------------------------
 
@@ -293,10 +274,6 @@ class ZooKeeperCoordinator:
 
     def session_lost(self) -> bool:
         return self._lost.is_set()
-
-    def changed(self) -> int:
-        with self._lock:
-            return self._changes
 
 
 def open_coordinator(url: str | None, *, session_timeout_s: float = 10.0,

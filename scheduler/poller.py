@@ -387,9 +387,16 @@ class Poller:
         while (job := self._work.get()) is not None:
             if self.lease():
                 self.fire(job, slot)
-            else:
-                # Ownership is in doubt (a freeze, a lost connection): the job stays
-                # unfired and unrecorded, for whoever owns its shard.
+                continue
+            # Ownership is in doubt (a freeze, a suspended connection): do not fire. The
+            # job goes back to the queue; it is released again once the lease is renewed,
+            # or dropped with its shard if ownership is lost (its row stays unrecorded for
+            # the next owner). The cursor has passed it: it must not just be forgotten.
+            with self._cond:
+                st = self._shards.get(job.shard)
+                if st is not None:
+                    st.running -= 1
+                    self._queue.push(job)
                 self._finished[slot] += 1
 
     def _releaser(self) -> None:
