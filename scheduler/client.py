@@ -5,9 +5,10 @@ and one ``Client`` per process is the intended use.
 
 Placement rule (the late-write rule): a job's fire time is its due time plus its
 jitter, pushed forward to at least ``now + late_margin`` by the producer's clock. A
-poller reads at most one poll interval ahead of its own clock and refuses to run with
-more than ``max_skew`` of skew, and ``late_margin`` exceeds both together, so every
-write lands ahead of every read cursor, in a bucket no poller has closed. A job due in
+poller reads at most ``late_margin - 2 * max_skew`` ahead of its own clock and refuses to
+fire with more than ``max_skew`` of skew, so every write acknowledged within ``max_skew``
+lands ahead of every read cursor, in a bucket no poller has closed (later ones are
+repaired by ``_repair_slow_writes``). A job due in
 the past (or within the margin) therefore fires about ``late_margin`` after it was
 scheduled, and keeps its original ``due_at`` for lateness accounting.
 """
@@ -291,8 +292,8 @@ class Client:
     def cancel(self, job_id: str) -> bool:
         """Cancel a pending job; True when this call cancelled it.
 
-        A job a poller has already read for firing (it is due within about one poll
-        interval) may still fire once.
+        A job a poller has already read for firing (it is due within the prefetch
+        window, 2 s by default) may still fire once.
         """
         check_job_id(job_id)
         job = self.store.get(job_id)
