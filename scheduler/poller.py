@@ -32,8 +32,9 @@ import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from . import skew
 from .clock import Clock, SystemClock
 from .dispatch import App, Outcome, run_handler
 from .errors import OwnershipLost, SchedulerError
@@ -41,38 +42,14 @@ from .keys import bucket_of_ms, shard_of
 from .layout import Layouts
 from .metrics import PollerMetrics
 from .model import Job
+from .pollconfig import PollerConfig, PollerStats, max_prefetch_ms
 from .progress import Checkpoint, ShardProgress
 from .release import ReleaseQueue
-from .store import Store, StoreMeta
+from .store import Store
+
+__all__ = ["Poller", "PollerConfig", "PollerStats", "max_prefetch_ms"]
 
 log = logging.getLogger("scheduler.poller")
-
-
-@dataclass(frozen=True)
-class PollerConfig:
-    poll_interval_s: float = 1.0
-    # Read this far ahead of now (default: as far as the keyspace's late margin allows, see
-    # max_prefetch_ms). Reading further ahead costs nothing extra: each poll reads only
-    # rows after the cursor.
-    prefetch_s: float | None = None
-    read_limit: int = 1000
-    concurrency: int = 16
-    queue_ahead: int = 256  # due jobs waiting for a free worker, beyond the running ones
-    max_rate: float | None = None  # jobs/s released by this poller
-    max_shard_rate: float | None = None  # jobs/s released per shard
-    # Rows read and not yet complete, at most: bounds memory whatever the backlog.
-    max_buffered: int = 20_000
-    shutdown_timeout_s: float = 10.0
-    checkpoint_interval_s: float = 1.0
-    clock_check_interval_s: float = 30.0
-    check_clock: bool = True
-    layout_refresh_s: float = 5.0
-
-
-def max_prefetch_ms(meta: StoreMeta) -> int:
-    """How far ahead a poller may read: the late margin less twice the skew bound, so a
-    producer's write (fire >= its now + margin) always lands ahead of every cursor."""
-    return max(0, meta.late_margin_ms - 2 * meta.max_skew_ms)
 
 
 @dataclass
@@ -82,16 +59,6 @@ class _Shard:
     saved: Checkpoint
     releasing: bool = False  # planned release: read nothing new, finish in-flight rows
     running: int = 0  # rows handed to workers whose outcome is not recorded yet
-
-
-@dataclass
-class PollerStats:
-    fired: int = 0
-    retried: int = 0
-    dead: int = 0
-    reads: int = 0
-    rows_read: int = 0
-    lost_shards: list[int] = field(default_factory=list)
 
 
 class Poller:
@@ -320,15 +287,11 @@ class Poller:
         if mono - self._last_clock_check < self.config.clock_check_interval_s:
             return
         self._last_clock_check = mono
-        t0 = self.clock.now_ms()
-        server = self.store.server_now_ms()
-        t1 = self.clock.now_ms()
-        skew_ms = server - (t0 + t1) // 2
+        reading = skew.measure(self.clock, self.store)
+        skew_ms = reading.skew_ms
         self.metrics.clock_skew.set(skew_ms / 1000)
-        # The round trip bounds how well we know the skew; only what is certain counts.
-        certain = max(0, abs(skew_ms) - (t1 - t0) // 2)
         with self._cond:
-            if certain > self.meta.max_skew_ms:
+            if reading.exceeds(self.meta.max_skew_ms):
                 if self._paused_reason is None:
                     log.error("clock skew %d ms against the store exceeds %d ms: refusing to fire",
                               skew_ms, self.meta.max_skew_ms,

@@ -1,0 +1,46 @@
+"""A poller's settings and counters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .store import StoreMeta
+
+__all__ = ["PollerConfig", "PollerStats", "max_prefetch_ms"]
+
+
+@dataclass(frozen=True)
+class PollerConfig:
+    poll_interval_s: float = 1.0
+    # Read this far ahead of now (default: as far as the keyspace's late margin allows, see
+    # max_prefetch_ms). Reading further ahead costs nothing extra: each poll reads only
+    # rows after the cursor.
+    prefetch_s: float | None = None
+    read_limit: int = 1000
+    concurrency: int = 16
+    queue_ahead: int = 256  # due jobs waiting for a free worker, beyond the running ones
+    max_rate: float | None = None  # jobs/s released by this poller
+    max_shard_rate: float | None = None  # jobs/s released per shard
+    # Rows read and not yet complete, at most: bounds memory whatever the backlog.
+    max_buffered: int = 20_000
+    shutdown_timeout_s: float = 10.0
+    checkpoint_interval_s: float = 1.0
+    clock_check_interval_s: float = 30.0
+    check_clock: bool = True
+    layout_refresh_s: float = 5.0
+
+
+def max_prefetch_ms(meta: StoreMeta) -> int:
+    """How far ahead a poller may read: the late margin less twice the skew bound, so a
+    producer's write (fire >= its now + margin) always lands ahead of every cursor."""
+    return max(0, meta.late_margin_ms - 2 * meta.max_skew_ms)
+
+
+@dataclass
+class PollerStats:
+    fired: int = 0
+    retried: int = 0
+    dead: int = 0
+    reads: int = 0
+    rows_read: int = 0
+    lost_shards: list[int] = field(default_factory=list)
