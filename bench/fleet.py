@@ -46,7 +46,8 @@ def shards_moved(shards: int = 64) -> dict[str, Any]:
 
 
 def start(url: str, zk: str, out: Path, *extra: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "SCHEDULER_STORE": url, "BENCH_OUT": str(out)}
+    env = {**os.environ, "SCHEDULER_STORE": url, "BENCH_OUT": str(out),
+           "SCHEDULER_METRICS_ADDRESS": "127.0.0.1:0"}
     return subprocess.Popen([sys.executable, "-m", "scheduler", "run", "--handler", "bench.noop:sleep10",
                              "--coordinator", zk, "--session-timeout", "4", *extra], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -201,7 +201,7 @@ def lateness(host: str, rate: int, seconds: int) -> dict[str, Any]:
 
 def rss(url_empty: str, url_full: str, seconds: float) -> dict[str, Any]:
     def measure(url: str) -> float:
-        env = {**os.environ, "SCHEDULER_STORE": url}
+        env = {**os.environ, "SCHEDULER_STORE": url, "SCHEDULER_METRICS_ADDRESS": "127.0.0.1:0"}
         proc = subprocess.Popen([sys.executable, "-m", "scheduler", "run", "--handler", "bench.noop:handle"],
                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         peak = 0.0

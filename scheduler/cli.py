@@ -342,7 +342,9 @@ def run(
     poll_interval: Annotated[float, typer.Option(help="Seconds between polls.")] = 1.0,
     max_rate: Annotated[float | None, typer.Option(help="Jobs/s this poller releases.")] = None,
     max_shard_rate: Annotated[float | None, typer.Option(help="Jobs/s released per shard.")] = None,
-    metrics_address: Annotated[str | None, typer.Option(help="Serve /metrics on HOST:PORT.")] = None,
+    metrics_address: Annotated[str | None, typer.Option(
+        help="Serve /metrics on HOST:PORT, or off (default $SCHEDULER_METRICS_ADDRESS, "
+             "else 127.0.0.1:9460).")] = None,
     name: Annotated[str | None, typer.Option(help="Poller name (default: random).")] = None,
     log_json: Annotated[bool, typer.Option("--log-json", help="JSON log lines.")] = False,
     store: StoreOpt = None,
@@ -375,8 +377,7 @@ def run(
         coord = None if owned is not None else open_coordinator(
             coordinator or settings.coordinator, session_timeout_s=session_timeout)
         metrics = PollerMetrics()
-        if metrics_address:
-            serve(metrics, metrics_address)
+        bound = serve(metrics, metrics_address or settings.metrics_address)
         poller = Poller(st, the_app, name=name, metrics=metrics,
                         config=PollerConfig(poll_interval_s=poll_interval, concurrency=concurrency,
                                             max_rate=max_rate, max_shard_rate=max_shard_rate))
@@ -391,6 +392,8 @@ def run(
             fleet.start()
             typer.echo(f"{poller.name}: joined the fleet ({coordinator or settings.coordinator}) "
                        f"on {st.url}", err=True)
+        if bound:
+            typer.echo(f"{poller.name}: metrics on http://{bound}/metrics", err=True)
         while not stop.wait(0.5):
             if coord is not None and fleet.ended.is_set():
                 break
@@ -473,4 +476,6 @@ def _demo_live(jobs: int, pollers: int, seconds: float, store: str | None) -> An
 
 
 def main() -> None:
+    from . import cli_ops  # noqa: F401  (registers the operators' commands on the app)
+
     app()

@@ -3,11 +3,14 @@ in one process, as in the demo). ``serve`` exposes them over HTTP."""
 
 from __future__ import annotations
 
+import contextlib
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import HistogramMetricFamily, Metric
+
+from .errors import ConfigError
 
 LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
 
@@ -65,10 +68,32 @@ class PollerMetrics:
                                  "Due jobs held back by the release-rate bound", registry=r)
         self.buffered = Gauge("scheduler_buffered_jobs", "Jobs read and not yet complete", registry=r)
 
+    def forget_shard(self, shard: int) -> None:
+        """Drop a shard's series once it is no longer ours: a stale lag would lie."""
+        with contextlib.suppress(KeyError):
+            self.checkpoint_lag.remove(str(shard))
 
-def serve(metrics: PollerMetrics, address: str) -> None:
-    """Serve ``/metrics`` on ``host:port`` (127.0.0.1 unless told otherwise)."""
+
+def serve(metrics: PollerMetrics, address: str) -> str | None:
+    """Serve a poller's ``/metrics`` on ``address`` (``off`` serves nothing)."""
+    if address == "off":
+        return None
+    return serve_registry(metrics.registry, address)
+
+
+def serve_registry(registry: CollectorRegistry, address: str) -> str:
+    """Serve ``/metrics`` on ``HOST:PORT`` (a bare ``PORT`` or ``:PORT`` binds 127.0.0.1;
+    port 0 picks a free one) and return the address bound. Raises ``ConfigError`` for a
+    malformed or unusable address."""
     from prometheus_client import start_http_server
 
     host, _, port = address.rpartition(":")
-    start_http_server(int(port), addr=host or "127.0.0.1", registry=metrics.registry)
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"metrics address {address!r} is not HOST:PORT (e.g. 127.0.0.1:9460, or off)")
+    try:
+        server, _thread = start_http_server(int(port), addr=host, registry=registry)
+    except OSError as exc:
+        raise ConfigError(f"cannot serve metrics on {host}:{port}: {exc.strerror}; "
+                          "pass another HOST:PORT (or off)") from None
+    return f"{host}:{server.server_port}"

@@ -151,6 +151,7 @@ class Poller:
         with self._cond:
             self._shards.pop(shard, None)
             self.metrics.owned_shards.set(len(self._shards))
+        self.metrics.forget_shard(shard)
         try:
             self.store.release_shard(shard, st.epoch, self.clock.now_ms())
         except SchedulerError as exc:
@@ -168,6 +169,7 @@ class Poller:
             self._queue.discard_shard(shard)
             self.metrics.owned_shards.set(len(self._shards))
             self.stats.lost_shards.append(shard)
+        self.metrics.forget_shard(shard)
         self.metrics.fencing_refusals.inc()
         log.warning("lost shard %d: %s", shard, reason,
                     extra={"action": "shard_lost", "shard": shard, "epoch": st.epoch})

@@ -7,6 +7,7 @@
 | SCHEDULER_MAX_PAYLOAD_BYTES | 65536 | payload size limit checked before writing |
 | SCHEDULER_LAYOUT_CACHE_TTL_S | 30 | how long a producer may use cached shard layouts |
 | SCHEDULER_CONCURRENCY | 128 | requests in flight for bulk loads |
+| SCHEDULER_METRICS_ADDRESS | 127.0.0.1:9460 | where `scheduler run` serves /metrics; ``off`` for none |
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class Settings:
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
     layout_cache_ttl_s: int = 30
     concurrency: int = 128
+    metrics_address: str = "127.0.0.1:9460"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -49,6 +51,7 @@ class Settings:
             max_payload_bytes=_int(env, "SCHEDULER_MAX_PAYLOAD_BYTES", DEFAULT_MAX_PAYLOAD_BYTES),
             layout_cache_ttl_s=_int(env, "SCHEDULER_LAYOUT_CACHE_TTL_S", 30),
             concurrency=_int(env, "SCHEDULER_CONCURRENCY", 128),
+            metrics_address=env.get("SCHEDULER_METRICS_ADDRESS") or "127.0.0.1:9460",
         )
 
     def require_store(self, override: str | None = None) -> str:

@@ -18,7 +18,9 @@ ROOT = Path(__file__).parents[1]
 def start_poller(url: str, out: Path, *extra: str, env: dict[str, str] | None = None,
                  handler: str = "tests.handlers:record") -> subprocess.Popen[bytes]:
     """A `scheduler run` process recording into ``out``; its log goes to ``<out>.log``."""
-    full_env = {**os.environ, "SCHEDULER_TEST_OUT": str(out), "SCHEDULER_STORE": url, **(env or {})}
+    # Port 0: several pollers on one machine each get a free metrics port.
+    full_env = {**os.environ, "SCHEDULER_TEST_OUT": str(out), "SCHEDULER_STORE": url,
+                "SCHEDULER_METRICS_ADDRESS": "127.0.0.1:0", **(env or {})}
     with open(f"{out}.log", "ab") as log:
         return subprocess.Popen([sys.executable, "-m", "scheduler", "run", "--handler", handler,
                                  "--log-json", *extra], cwd=ROOT, env=full_env,

@@ -71,6 +71,10 @@ WHERE shard = ? AND owner_epoch = ? AND bucket <= ?;
 -- name: release_checkpoint
 UPDATE checkpoints SET owner = NULL, updated_at = ? WHERE shard = ? AND owner_epoch = ?;
 
+-- name: count_bucket_pending
+SELECT count(*) FROM jobs_by_bucket
+WHERE bucket = ? AND shard = ? AND (fire_at, job_id) > (?, ?) AND fire_at <= ? AND fired_at IS NULL;
+
 -- name: select_fired_at
 SELECT fired_at FROM jobs_by_bucket WHERE bucket = ? AND shard = ? AND fire_at = ? AND job_id = ?;
 

@@ -58,6 +58,8 @@ class SchemaResult:
 
 
 ProgressFn = Callable[[int], None]
+# (bucket, shard, after, until_ms): a key range of one partition, for counting.
+PartRange = tuple[int, int, Key | None, int]
 DEAD_LETTER_PARTS = 16
 
 
@@ -168,6 +170,12 @@ class Store(ABC):
                     until_ms: int, limit: int) -> list[Job]:
         """Pending rows of one partition in ``(fire_ms, job_id)`` order, strictly after the
         cursor ``after`` (None: from the start) and with ``fire_ms <= until_ms``."""
+
+    @abstractmethod
+    def count_pending(self, parts: Sequence[PartRange]) -> list[int]:
+        """For each ``(bucket, shard, after, until_ms)``: how many rows of that partition,
+        strictly after the key ``after`` (None: from the start) and with ``fire_ms <=
+        until_ms``, are not fired yet. Read-only; many partitions are read at once."""
 
     @abstractmethod
     def insert_many(self, jobs: Sequence[Job], progress: ProgressFn | None = None) -> None:

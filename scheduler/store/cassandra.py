@@ -33,6 +33,7 @@ from .base import (
     DEAD_LETTER_PARTS,
     SCHEMA_VERSION,
     DeadLetter,
+    PartRange,
     ProgressFn,
     SchemaOptions,
     SchemaResult,
@@ -299,6 +300,15 @@ class CassandraStore(Store):
         rows = self.run("select_bucket_rows", (bucket, shard, fire_ms, job_id, until_ms, limit),
                         f"reading bucket {bucket} shard {shard}")
         return [job_from_bucket_row(r, dt_ms) for r in rows]
+
+    def count_pending(self, parts: Sequence[PartRange]) -> list[int]:
+        stmt = self.prepared("select_bucket_fired")
+        items = []
+        for bucket, shard, after, until_ms in parts:
+            fire_ms, job_id = after if after is not None else (bucket * 1000 - 1, "")
+            items.append((stmt, (bucket, shard, fire_ms, job_id, until_ms)))
+        return [sum(1 for (fired,) in rows if fired is None)
+                for rows in self._concurrent(items, "counting due jobs")]
 
     def insert_many(self, jobs: Sequence[Job], progress: ProgressFn | None = None) -> None:
         """See ``Store.insert_many``. Two phases: every bucket row (grouped into

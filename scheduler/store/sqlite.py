@@ -24,6 +24,7 @@ from .base import (
     DEAD_LETTER_PARTS,
     SCHEMA_VERSION,
     DeadLetter,
+    PartRange,
     ProgressFn,
     SchemaOptions,
     SchemaResult,
@@ -176,6 +177,14 @@ class SqliteStore(Store):
         fire_ms, job_id = after if after is not None else (bucket * 1000 - 1, "")
         rows = self._all(_q("select_bucket_rows"), (bucket, shard, fire_ms, job_id, until_ms, limit))
         return [job_from_bucket_row(r) for r in rows]
+
+    def count_pending(self, parts: Sequence[PartRange]) -> list[int]:
+        out = []
+        for bucket, shard, after, until_ms in parts:
+            fire_ms, job_id = after if after is not None else (bucket * 1000 - 1, "")
+            rows = self._all(_q("count_bucket_pending"), (bucket, shard, fire_ms, job_id, until_ms))
+            out.append(int(rows[0][0]))
+        return out
 
     def insert_many(self, jobs: Sequence[Job], progress: ProgressFn | None = None) -> None:
         # One transaction per chunk: all-or-nothing per chunk, and fast.

@@ -137,3 +137,30 @@ def test_run_rejects_a_bad_handler(store):
     assert res.returncode == 1 and "cannot import" in res.stderr
     res = run("run", "--shards", "9-3", "--handler", "json:dumps", store=store)
     assert res.returncode == 1 and "shard spec" in res.stderr
+
+
+def test_operator_views_in_json(store):
+    run("schedule", "--id", "v1", "--at", "2030-01-01T09:00:30Z", "--kind", "k", store=store)
+    lag = json.loads(run("lag", "--json", store=store).stdout)
+    assert lag and {"shard", "owner", "drained_until", "lag_s", "backlog", "backlog_capped"} <= set(lag[0])
+    assert [r["lag_s"] for r in lag] == sorted((r["lag_s"] for r in lag), reverse=True)
+    status = json.loads(run("status", "--json", store=store).stdout)
+    assert status["pollers"] is None and len(status["unowned_shards"]) == len(lag)
+    assert status["layouts"][0]["shard_count"] == len(lag)
+    rows = json.loads(run("inspect", "2030-01-01T09:00:00Z", "--json", store=store).stdout)["rows"]
+    assert [r["job_id"] for r in rows] == ["v1"] and rows[0]["status"] == "pending"
+    fc = json.loads(run("forecast", "--hours", "2", "--json", store=store).stdout)
+    assert fc["total"] == 0 and len(fc["per_bucket"]) >= 120
+
+
+@pytest.mark.parametrize("args, message", [
+    (("inspect", "yesterday"), "neither epoch seconds nor an ISO 8601 time"),
+    (("inspect", "61"), "not a multiple of the bucket width"),
+    (("inspect", "2030-01-01T09:00:00Z", "--shard", "99"), "--shard 99 is out of range"),
+    (("forecast", "--hours", "0"), "--hours 0.0 is out of range"),
+    (("exporter", "--address", "nowhere"), "is not HOST:PORT"),
+])
+def test_operator_views_reject_bad_input(store, args, message):
+    res = run(*args, store=store)
+    assert res.returncode == 1 and res.stdout == ""
+    assert res.stderr.strip().count("\n") == 0 and message in res.stderr

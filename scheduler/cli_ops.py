@@ -1,0 +1,272 @@
+"""The operators' commands: ``lag``, ``status``, ``inspect``, ``forecast``, ``exporter``.
+
+They read the store (and ZooKeeper when the coordinator is one), never a poller, so they
+work with the whole fleet down. Registered on the app of ``scheduler.cli``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from .cli import JsonOpt, StoreOpt, app, emit, errors
+from .errors import InvalidInput
+from .settings import Settings
+
+CoordOpt = Annotated[str | None, typer.Option(
+    "--coordinator", help="zookeeper://h1:2181/root to read owners from ZooKeeper "
+                          "(default $SCHEDULER_COORDINATOR; local: from the checkpoints).")]
+
+
+def _open(store: str | None, coordinator: str | None) -> tuple[Any, Any, Settings]:
+    from .coord import read_fleet
+    from .store import open_store
+
+    settings = Settings.from_env()
+    st = open_store(settings.require_store(store))
+    url = coordinator or settings.coordinator
+    return st, (lambda: read_fleet(url)), settings
+
+
+def _fmt_lag(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.1f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+@app.command()
+def lag(store: StoreOpt = None, coordinator: CoordOpt = None, as_json: JsonOpt = False,
+        top: Annotated[int | None, typer.Option(help="Show only the N worst shards.")] = None) -> None:
+    """One row per shard, worst first: owner, checkpoint, lag and due backlog."""
+    from .clock import SystemClock
+    from .observe import lag_report
+
+    with errors():
+        st, fleet, _ = _open(store, coordinator)
+        try:
+            rows = lag_report(st, SystemClock().now_ms(), fleet())
+        finally:
+            st.close()
+    rows = rows[:top] if top else rows
+    data = [r.to_dict() for r in rows]
+
+    def human() -> None:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"checkpoint lag of {len(rows)} shards, worst first")
+        for col in ("shard", "owner", "drained until", "lag", "due backlog"):
+            table.add_column(col, justify="right" if col in ("shard", "lag", "due backlog") else "left")
+        for r, d in zip(rows, data, strict=True):
+            table.add_row(str(r.shard), r.owner or "[red]none[/]", d["drained_until"], _fmt_lag(r.lag_s),
+                          f"{r.backlog}{'+' if r.backlog_capped else ''}")
+        Console().print(table)
+
+    emit(data, as_json, human)
+
+
+@app.command()
+def status(store: StoreOpt = None, coordinator: CoordOpt = None, as_json: JsonOpt = False) -> None:
+    """The fleet at a glance: pollers, shards per poller, layouts and the worst lag."""
+    from .clock import SystemClock
+    from .observe import fleet_status
+
+    with errors():
+        st, fleet, _ = _open(store, coordinator)
+        try:
+            s = fleet_status(st, SystemClock().now_ms(), fleet())
+        finally:
+            st.close()
+    data = {"pollers": s.members, "shards_per_poller": s.shards_per_owner, "unowned_shards": s.unowned,
+            "layouts": s.layouts, "worst": s.worst.to_dict() if s.worst else None}
+
+    def human() -> None:
+        from rich.console import Console
+        from rich.table import Table
+
+        console = Console()
+        pollers = "unknown (no ZooKeeper coordinator)" if s.members is None else str(len(s.members))
+        console.print(f"[bold]pollers[/]: {pollers}")
+        table = Table(title="shards per poller")
+        table.add_column("poller")
+        table.add_column("shards", justify="right")
+        table.add_column("which")
+        for owner, shards in s.shards_per_owner.items():
+            table.add_row(owner, str(len(shards)), _ranges(shards))
+        if s.unowned:
+            table.add_row("[red]nobody[/]", str(len(s.unowned)), _ranges(s.unowned))
+        console.print(table)
+        for lay in s.layouts:
+            console.print(f"layout: from {lay['from']} on, S = {lay['shard_count']}")
+        if s.worst:
+            console.print(f"worst lag: shard {s.worst.shard}, {_fmt_lag(s.worst.lag_s)}, "
+                          f"due backlog {s.worst.backlog}")
+
+    emit(data, as_json, human)
+
+
+def _ranges(shards: list[int]) -> str:
+    out: list[str] = []
+    for s in sorted(shards):
+        if out and out[-1].split("-")[-1] == str(s - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{s}"
+        else:
+            out.append(str(s))
+    return ",".join(out)
+
+
+def _parse_bucket(text: str, width: int) -> int:
+    from .keys import bucket_of
+    from .model import parse_time
+
+    if text.lstrip("-").isdigit():
+        bucket = int(text)
+        if bucket % width:
+            raise InvalidInput(f"bucket {bucket} is not a multiple of the bucket width {width} s; "
+                               "pass a bucket's start in epoch seconds or an ISO 8601 time")
+        return bucket
+    try:
+        return bucket_of(parse_time(text), width)
+    except InvalidInput:
+        raise InvalidInput(f"bucket {text!r} is neither epoch seconds nor an ISO 8601 time "
+                           "with an offset (e.g. 2026-12-01T09:00Z)") from None
+
+
+@app.command()
+def inspect(
+    bucket: Annotated[str, typer.Argument(help="Bucket start in epoch seconds, or any ISO 8601 time in it.")],
+    shard: Annotated[int | None, typer.Option(help="Only this shard.")] = None,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The rows of one bucket, fired ones included."""
+    from .keys import from_ms
+    from .observe import bucket_rows
+
+    with errors():
+        st, _, _ = _open(store, "local")
+        try:
+            width = st.meta().bucket_width_s
+            b = _parse_bucket(bucket, width)
+            count = st.layouts().read_count(b)
+            if shard is not None and not 0 <= shard < count:
+                raise InvalidInput(f"--shard {shard} is out of range: bucket {b} has shards 0-{count - 1}")
+            rows = bucket_rows(st, b, shard)
+        finally:
+            st.close()
+    data = {"bucket": b, "from": from_ms(b * 1000).isoformat(), "shard_count": count,
+            "rows": [{"job_id": j.job_id, "shard": j.shard, "kind": j.kind, "due_at": j.due_at.isoformat(),
+                      "fire_at": j.fire_at.isoformat(), "status": str(j.status), "attempts": j.attempts,
+                      "fired_at": j.fired_at.isoformat() if j.fired_at else None} for j in rows]}
+
+    def human() -> None:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"bucket {data['from']} ({len(rows)} rows, S = {count})")
+        for col in ("shard", "job_id", "kind", "due_at", "status", "fired_at"):
+            table.add_column(col)
+        for r in data["rows"]:
+            table.add_row(str(r["shard"]), r["job_id"], r["kind"], r["due_at"], r["status"],
+                          r["fired_at"] or "")
+        Console().print(table)
+
+    emit(data, as_json, human)
+
+
+@app.command()
+def forecast(
+    hours: Annotated[float, typer.Option(help="How far ahead to count.")] = 1.0,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Jobs due per minute and per shard ahead, counted from the buckets."""
+    from .clock import SystemClock
+    from .keys import from_ms
+    from .observe import forecast as run_forecast
+
+    with errors():
+        if not 0 < hours <= 24 * 31:
+            raise InvalidInput(f"--hours {hours} is out of range: give a number of hours in (0, 744]")
+        st, _, _ = _open(store, "local")
+        try:
+            if as_json:
+                fc = run_forecast(st, SystemClock().now_ms(), hours)
+            else:
+                fc = _forecast_with_bar(st, hours, run_forecast)
+        finally:
+            st.close()
+    per_bucket: list[dict[str, Any]] = [{"bucket": b, "from": from_ms(b * 1000).isoformat(), "jobs": n}
+                  for b, n in sorted(fc.per_bucket.items())]
+    data = {"bucket_width_s": fc.bucket_width_s, "total": fc.total, "per_bucket": per_bucket,
+            "per_shard": {str(s): n for s, n in sorted(fc.per_shard.items())},
+            "cells": [{"bucket": b, "shard": s, "jobs": n} for (b, s), n in sorted(fc.cells.items())]}
+
+    def human() -> None:
+        from rich.console import Console
+        from rich.table import Table
+
+        peak = max(fc.per_bucket.values(), default=0) or 1
+        table = Table(title=f"{fc.total} jobs due in the next {hours:g} h")
+        table.add_column("bucket")
+        table.add_column("jobs", justify="right")
+        table.add_column("")
+        for row in per_bucket:
+            if row["jobs"]:
+                table.add_row(row["from"], str(row["jobs"]), "#" * max(1, round(30 * row["jobs"] / peak)))
+        console = Console()
+        console.print(table)
+        busiest = sorted(fc.per_shard.items(), key=lambda kv: -kv[1])[:8]
+        console.print("busiest shards: " + ", ".join(f"{s}: {n}" for s, n in busiest))
+
+    emit(data, as_json, human)
+
+
+def _forecast_with_bar(st: Any, hours: float, run_forecast: Any) -> Any:
+    from rich.progress import Progress
+
+    from .clock import SystemClock
+
+    with Progress(transient=True) as bar:
+        task = bar.add_task("counting partitions", total=None)
+        return run_forecast(st, SystemClock().now_ms(), hours,
+                            progress=lambda done, total: bar.update(task, completed=done, total=total))
+
+
+@app.command()
+def exporter(
+    address: Annotated[str, typer.Option(help="Serve /metrics on HOST:PORT.")] = "127.0.0.1:9464",
+    interval: Annotated[float, typer.Option(help="Seconds between reads of the store.")] = 15.0,
+    store: StoreOpt = None,
+    coordinator: CoordOpt = None,
+) -> None:
+    """Serve per-shard lag and due backlog read from the store, until SIGTERM or SIGINT.
+
+    It needs no poller: when every poller is down, lag keeps growing here."""
+    import signal
+    import threading
+
+    from . import logs
+    from .clock import SystemClock
+    from .exporter import LagExporter
+    from .metrics import serve_registry
+
+    logs.setup(json_output=False)
+    with errors():
+        if interval <= 0:
+            raise InvalidInput("--interval must be > 0")
+        st, fleet, _ = _open(store, coordinator)
+        exp = LagExporter(st, SystemClock(), fleet, interval_s=interval)
+        exp.refresh()  # fail at start, with a clear message, rather than serve nothing
+        bound = serve_registry(exp.registry, address)
+    exp.start()
+    typer.echo(f"exporter: serving lag of {st.url} on http://{bound}/metrics", err=True)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    exp.stop()
+    st.close()
