@@ -18,6 +18,7 @@ handler is dead-lettered at once.
 from __future__ import annotations
 
 import importlib
+import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -83,6 +84,14 @@ class App:
         app = cls(policy)
         app.fallback = Route(fn, app.default_policy)
         return app
+
+
+def log_job(job: Job) -> None:
+    """A handler that only logs the job: the default of docker-compose.yml's pollers, and
+    a way to watch a fleet fire before writing real handlers."""
+    logging.getLogger("scheduler.jobs").info(
+        "fired %s (%s), due %s", job.job_id, job.kind, job.due_at.isoformat(),
+        extra={"action": "job_logged", "job_id": job.job_id, "kind": job.kind})
 
 
 def load_object(spec: str) -> Any:

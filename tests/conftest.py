@@ -44,6 +44,20 @@ def require_server(name: str, host: str, port: int, start_hint: str) -> None:
 
 
 @pytest.fixture(scope="session")
+def promtool() -> str:
+    """Path of promtool (Debian's prometheus package; ops/setup installs it)."""
+    import shutil
+
+    path = shutil.which("promtool")
+    if path:
+        return path
+    msg = "promtool is not installed; run ops/setup (it installs Debian's prometheus package)"
+    if CI:
+        pytest.fail(msg + " (CI=true: a missing tool fails the run)")
+    pytest.skip(msg)
+
+
+@pytest.fixture(scope="session")
 def cassandra_available() -> None:
     require_server("Cassandra", CASSANDRA_HOSTS.split(",")[0], CASSANDRA_PORT, "ops/cassandra start")
 

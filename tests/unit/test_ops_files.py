@@ -1,0 +1,185 @@
+"""The ops files agree with the code: alert rules (checked and unit-tested by promtool),
+the Grafana dashboard, the runbook, and docker-compose.yml (which cannot run here: no
+Docker engine) against the ops scripts and the CLI."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+from typing import Any, cast
+
+import click
+import pytest
+import yaml
+from typer.main import get_command
+
+from scheduler.clock import FakeClock
+from scheduler.exporter import LagExporter
+from scheduler.metrics import PollerMetrics
+
+ROOT = Path(__file__).parents[2]
+PROM = ROOT / "ops" / "prometheus"
+GRAFANA = ROOT / "ops" / "grafana"
+REQUIRED_ALERTS = {"SchedulerShardLagHigh", "SchedulerShardUnowned", "SchedulerBacklogGrowing",
+                   "SchedulerExporterAbsent", "SchedulerFencingRefusals", "SchedulerClockSkew"}
+
+
+def exposed_metric_names() -> set[str]:
+    """Every series name the pollers and the exporter can expose."""
+    names: set[str] = set()
+    exporter = LagExporter(cast(Any, None), FakeClock())
+    exporter._members = 3  # as after a refresh with ZooKeeper: the fleet gauge appears
+    registries = [PollerMetrics().registry, exporter.registry]
+    for registry in registries:
+        for family in registry.collect():
+            names.add(family.name)
+            if family.type == "counter":
+                names.add(family.name + "_total")
+            if family.type == "histogram":
+                names.update(family.name + s for s in ("_bucket", "_sum", "_count"))
+    return names
+
+
+def rules() -> list[dict[str, Any]]:
+    doc = yaml.safe_load((PROM / "alerts.yml").read_text())
+    return [r for g in doc["groups"] for r in g["rules"]]
+
+
+def test_promtool_checks_rules_config_and_rule_unit_tests(promtool: str):
+    for args in (["check", "rules", "alerts.yml"], ["check", "config", "prometheus.yml"],
+                 ["test", "rules", "alerts_test.yml"]):
+        res = subprocess.run([promtool, *args], cwd=PROM, capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, f"promtool {' '.join(args)}:\n{res.stdout}{res.stderr}"
+
+
+def test_required_alerts_exist_and_have_runbook_sections():
+    by_name = {r["alert"]: r for r in rules()}
+    assert set(by_name) >= REQUIRED_ALERTS
+    runbook = (ROOT / "ops" / "RUNBOOK.md").read_text()
+    headings = {re.sub(r"[^a-z0-9-]", "", h.strip().lower().replace(" ", "-"))
+                for h in re.findall(r"^## (.+)$", runbook, flags=re.M)}
+    for name, rule in by_name.items():
+        anchor = rule["annotations"]["runbook_url"].split("#")[1]
+        assert anchor in headings, f"{name}: RUNBOOK.md has no section #{anchor}"
+
+
+def test_rules_and_dashboard_only_use_metrics_that_exist():
+    exposed = exposed_metric_names() | {"up"}
+    exprs = [r["expr"] for r in rules()]
+    dash = json.loads((GRAFANA / "dashboard.json").read_text())
+    exprs += [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    for expr in exprs:
+        for name in re.findall(r"\b(scheduler_[a-z_]+)\b", expr):
+            assert name in exposed, f"{name} in {expr!r} is not exposed by any collector"
+
+
+def test_dashboard_has_the_panels_sres_need():
+    dash = json.loads((GRAFANA / "dashboard.json").read_text())
+    by_type: dict[str, list[str]] = {}
+    for p in dash["panels"]:
+        by_type.setdefault(p["type"], []).append(" ".join(t["expr"] for t in p["targets"]))
+    assert any("scheduler_shard_lag_seconds" in e for e in by_type["heatmap"])
+    exprs = " ".join(e for es in by_type.values() for e in es)
+    for needle in ("rate(scheduler_jobs_fired_total", "histogram_quantile(0.99",
+                   "scheduler_fire_lateness_seconds_bucket", "scheduler_shard_due_backlog"):
+        assert needle in exprs
+
+
+# --- docker-compose.yml -----------------------------------------------------------------
+
+
+def compose() -> dict[str, Any]:
+    return cast(dict[str, Any], yaml.safe_load((ROOT / "docker-compose.yml").read_text()))
+
+
+def ops_default(script: str, variable: str) -> str:
+    m = re.search(rf"^{variable}=\$\{{\w+:-([^}}]+)\}}", (ROOT / "ops" / script).read_text(), flags=re.M)
+    assert m, f"ops/{script} has no default {variable}"
+    return m.group(1)
+
+
+def test_compose_has_the_whole_topology():
+    services = compose()["services"]
+    assert set(services) == {"cassandra", "zookeeper", "schema", "poller-1", "poller-2", "poller-3",
+                             "exporter", "prometheus", "grafana"}
+
+
+def test_compose_servers_match_the_ops_scripts():
+    services = compose()["services"]
+    assert services["cassandra"]["image"] == f"cassandra:{ops_default('cassandra', 'VERSION')}"
+    assert services["zookeeper"]["image"] == f"zookeeper:{ops_default('zookeeper', 'VERSION')}"
+    assert services["cassandra"]["image"].split(":")[1].startswith("5.")
+    assert "9042:9042" in services["cassandra"]["ports"]
+    assert "native_transport_port: 9042" in (ROOT / "ops" / "cassandra").read_text()
+    assert "2181:2181" in services["zookeeper"]["ports"]
+    assert "then echo 2181;" in (ROOT / "ops" / "zookeeper").read_text()  # standalone port
+
+
+def test_compose_commands_are_valid_scheduler_commands():
+    import scheduler.cli_ops  # noqa: F401  (registers its commands)
+    from scheduler.cli import app
+    from scheduler.dispatch import load_app
+    from scheduler.settings import Settings
+
+    root = cast(click.Group, get_command(app))
+    known_env = set(re.findall(r"\b(SCHEDULER_[A-Z_]+)\b", (ROOT / "scheduler" / "settings.py").read_text()))
+    checked = 0
+    for name, svc in compose()["services"].items():
+        cmd = svc.get("command")
+        if not cmd or cmd[0] != "scheduler":
+            continue
+        args = list(cmd[1:])
+        group: click.Command = root
+        ctx = root.make_context("scheduler", list(args), resilient_parsing=False)
+        while isinstance(group, click.Group):
+            sub = group.get_command(ctx, args[0])
+            assert sub is not None, f"{name}: no command {args[0]!r}"
+            args = args[1:]
+            ctx = sub.make_context(sub.name or "", list(args), parent=ctx)  # raises on a bad option
+            group = sub
+            if not isinstance(sub, click.Group):
+                break
+        if "--handler" in cmd:
+            load_app(handler=cmd[cmd.index("--handler") + 1])
+        assert set(svc.get("environment", {})) <= known_env
+        Settings.from_env(svc.get("environment", {})).require_store()
+        checked += 1
+    assert checked == 5  # schema, three pollers, exporter
+
+
+def test_compose_prometheus_and_grafana_use_the_repo_files():
+    doc = compose()
+    services = doc["services"]
+    prom_cfg = yaml.safe_load((PROM / "prometheus.yml").read_text())
+    targets = {job["job_name"]: job["static_configs"][0]["targets"] for job in prom_cfg["scrape_configs"]}
+    exporter_port = services["exporter"]["command"][services["exporter"]["command"].index("--address") + 1]
+    assert targets["scheduler-exporter"] == [f"exporter:{exporter_port.rsplit(':', 1)[1]}"]
+    for target in targets["scheduler-poller"]:
+        host, port = target.split(":")
+        cmd = services[host]["command"]
+        assert cmd[cmd.index("--metrics-address") + 1].endswith(f":{port}")
+    for svc in ("prometheus", "grafana"):
+        for volume in services[svc]["volumes"]:
+            src = volume.split(":")[0]
+            assert (ROOT / src).exists(), f"{svc} mounts {src}, which does not exist"
+    provider = yaml.safe_load((GRAFANA / "provisioning" / "dashboards" / "scheduler.yml").read_text())
+    dash_dir = provider["providers"][0]["options"]["path"]
+    assert any(v.split(":")[1].startswith(dash_dir) for v in services["grafana"]["volumes"])
+    assert services["prometheus"]["image"].endswith("v" + _promtool_version_or("2.42.0"))
+
+
+def _promtool_version_or(default: str) -> str:
+    """Compose runs the Prometheus release of the promtool the tests use, when known."""
+    try:
+        out = subprocess.run(["promtool", "--version"], capture_output=True, text=True, timeout=30).stdout
+    except OSError:
+        return default
+    m = re.search(r"version (\d+\.\d+\.\d+)", out)
+    return m.group(1) if m else default
+
+
+@pytest.mark.parametrize("path", ["Dockerfile", "ops/RUNBOOK.md"])
+def test_files_compose_needs_exist(path: str):
+    assert (ROOT / path).exists()
