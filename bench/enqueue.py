@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from cassandra.concurrent import execute_concurrent_with_args
 
@@ -26,16 +27,20 @@ def main() -> None:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    report({**enqueue(args.host, args.jobs, args.rounds), **machine()}, args.json)
 
-    store = fresh_store(args.host, "bench_enqueue")
+
+def enqueue(host: str, jobs: int, rounds: int) -> dict[str, Any]:
+    """Best round of the library against the best round of the bare loop."""
+    store = fresh_store(host, "bench_enqueue")
     client = Client(store)
     start = datetime.now(UTC) + timedelta(minutes=5)
     p_bucket, p_job = store.prepared("insert_bucket_row"), store.prepared("insert_job")
     best_lib = best_bare = float("inf")
     try:
-        for r in range(args.rounds):
+        for r in range(rounds):
             specs = [JobSpec(f"lib-{r}-{i}", start + timedelta(milliseconds=i * 37), "bench", {"i": i})
-                     for i in range(args.jobs)]
+                     for i in range(jobs)]
             # The bare loop writes exactly the rows the library would write for these jobs.
             rows = [client.build(JobSpec(f"bare-{r}-{i}", s.due_at, s.kind, s.payload))
                     for i, s in enumerate(specs)]
@@ -48,10 +53,10 @@ def main() -> None:
 
             best_bare = min(best_bare, timed(bare))
             best_lib = min(best_lib, timed(lambda specs=specs: client.schedule_many(specs)))
-        lib_rate, bare_rate = args.jobs / best_lib, args.jobs / best_bare
-        report({"benchmark": "enqueue", "jobs_per_round": args.jobs, "rounds": args.rounds,
+        lib_rate, bare_rate = jobs / best_lib, jobs / best_bare
+        return {"benchmark": "enqueue", "jobs_per_round": jobs, "rounds": rounds,
                 "library_jobs_per_s": round(lib_rate), "bare_driver_jobs_per_s": round(bare_rate),
-                "ratio": round(lib_rate / bare_rate, 3), "goal": ">= 0.8", **machine()}, args.json)
+                "ratio": round(lib_rate / bare_rate, 3), "goal": ">= 0.8", "met": lib_rate / bare_rate >= 0.8}
     finally:
         drop(store)
         client.close()

@@ -170,7 +170,7 @@ def fire_throughput(host: str, n: int, rounds: int = 2) -> dict[str, Any]:
             "met": rate / bare >= 0.8 and rate >= 5000}
 
 
-def lateness(host: str, rate: int, seconds: int) -> dict[str, Any]:
+def lateness(host: str, rate: int, seconds: int, samples_out: list[float] | None = None) -> dict[str, Any]:
     store = fresh_store(host, "bench_late", SHARDS)
     client = Client(store)
     start = datetime.now(UTC) + timedelta(seconds=client.meta.late_margin_ms / 1000 + 10)
@@ -193,6 +193,8 @@ def lateness(host: str, rate: int, seconds: int) -> dict[str, Any]:
     drop(store)
     store.close()
     samples.sort()
+    if samples_out is not None:
+        samples_out.extend(samples)
     p50, p99 = samples[len(samples) // 2], samples[int(len(samples) * 0.99)]
     return {"jobs": n, "rate_per_s": rate, "fired": len(samples), "p50_ms": round(p50, 1),
             "p99_ms": round(p99, 1), "max_ms": round(samples[-1], 1), "goal": "p99 < 50 ms",

@@ -24,10 +24,15 @@ def read(relpath: str) -> str:
 @cache
 def named(relpath: str) -> dict[str, str]:
     """``{name: statement}`` for every named block in the file, trailing ';' removed."""
+    return parse_named(read(relpath))
+
+
+def parse_named(text: str) -> dict[str, str]:
+    """``{name: statement}`` for every ``-- name:`` block of ``text``."""
     out: dict[str, str] = {}
     name: str | None = None
     lines: list[str] = []
-    for line in [*read(relpath).splitlines(), "-- name: _end"]:
+    for line in [*text.splitlines(), "-- name: _end"]:
         m = _NAME.match(line)
         if m:
             if name is not None:

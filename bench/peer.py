@@ -1,0 +1,218 @@
+"""The Postgres peer: the same workload on this scheduler (single-node Cassandra) and on
+the single-table SKIP LOCKED design (``bench/peer.sql``), in one run.
+
+Workload, for each system: ``far`` future jobs spread over the next 30 days, and
+``near`` jobs due uniformly over a ``window_s`` window that opens once they are all
+stored; then a no-op handler fires them. Reported per system: sustained fire throughput
+over the window (jobs / (last firing - window start)), lateness p50/p99 (handler start
+minus due time) and the cost of one empty poll with the far jobs stored.
+
+The scheduler side is one in-process ``Poller`` (default settings, 1 s poll interval).
+The peer side is ``workers`` threads, each with its own connection, claiming up to
+``batch`` due rows per statement and sleeping one poll interval (1 s) when it finds none.
+"""
+
+from __future__ import annotations
+
+import io
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.common import drop, fresh_store
+from scheduler import App, Job
+from scheduler.clock import SystemClock
+from scheduler.keys import bucket_of_ms, shard_of
+from scheduler.poller import Poller
+from scheduler.queries import parse_named
+from scheduler.store.cassandra import CassandraStore
+
+SQL = parse_named((Path(__file__).parent / "peer.sql").read_text())
+SHARDS = 16
+FAR_SPAN_MS = 30 * 86_400_000
+
+
+def _lead_s(near: int) -> float:
+    # Both systems store the near jobs before their window opens (5k jobs/s is a safe
+    # floor for either bulk path here), so no job is due before the firing side starts.
+    return 10 + near / 5000
+
+
+def _summary(name: str, lateness_ms: list[float], window_start_ms: int, fired_at_ms: list[int],
+             poll_ms: float, near: int) -> dict[str, Any]:
+    lateness_ms.sort()
+    fired = len(lateness_ms)
+    span_s = max(0.001, (max(fired_at_ms, default=window_start_ms) - window_start_ms) / 1000)
+    return {"system": name, "fired": fired, "expected": near,
+            "fire_jobs_per_s": round(fired / span_s),
+            "lateness_p50_ms": round(lateness_ms[fired // 2], 1) if fired else None,
+            "lateness_p99_ms": round(lateness_ms[int(fired * 0.99)], 1) if fired else None,
+            "lateness_max_ms": round(lateness_ms[-1], 1) if fired else None,
+            "empty_poll_ms": round(poll_ms, 3)}
+
+
+# --- this scheduler ----------------------------------------------------------------------
+
+
+def run_scheduler(store: CassandraStore, near: int, window_s: float,
+                  samples_out: list[float] | None = None) -> dict[str, Any]:
+    """Fire ``near`` jobs on ``store`` (which already holds the far backlog)."""
+    now = SystemClock().now_ms()
+    start = now + int(_lead_s(near) * 1000)
+    jobs = []
+    for i in range(near):
+        due = start + int(i * window_s * 1000 / near)
+        job_id = f"near-{i}"
+        jobs.append(Job(job_id=job_id, kind="noop", data=b"{}", data_json=True, due_ms=due, fire_ms=due,
+                        bucket=bucket_of_ms(due, 60), shard=shard_of(job_id, SHARDS)))
+    store.insert_many(jobs)
+    late: list[float] = []
+    fired_at: list[int] = []
+    lock = threading.Lock()
+
+    def handler(job: Job) -> None:
+        t = time.time() * 1000
+        with lock:
+            late.append(t - job.due_ms)
+            fired_at.append(int(t))
+
+    poller = Poller(store, App.for_function(handler))
+    poller.start(range(SHARDS))
+    deadline = time.monotonic() + (start - now) / 1000 + window_s + 300
+    while len(late) < near and time.monotonic() < deadline:
+        time.sleep(0.2)
+    poller.stop()
+    poll_ms = _empty_poll_cassandra(store)
+    if samples_out is not None:
+        samples_out.extend(late)
+    return _summary("scheduler (Cassandra)", late, start, fired_at, poll_ms, near)
+
+
+def _empty_poll_cassandra(store: CassandraStore, rounds: int = 100) -> float:
+    times = []
+    for _ in range(rounds):
+        now = SystemClock().now_ms()
+        bucket = bucket_of_ms(now, 60)
+        t0 = time.perf_counter()
+        for shard in range(SHARDS):
+            store.read_bucket(bucket, shard, None, now + 2000, 1000)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1000
+
+
+# --- the Postgres peer -----------------------------------------------------------------
+
+
+def _copy(conn: Any, rows: Callable[[], Any], n: int) -> None:
+    with conn.cursor() as cur, cur.copy(SQL["copy_jobs"]) as copy:
+        buf = io.StringIO()
+        for i, line in enumerate(rows()):
+            buf.write(line)
+            if i % 50_000 == 49_999:
+                copy.write(buf.getvalue())
+                buf = io.StringIO()
+        copy.write(buf.getvalue())
+
+
+def _iso(ms: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}+00"
+
+
+def load_postgres(url: str, far: int) -> float:
+    """A fresh table with ``far`` future jobs and the partial index; returns rows/s."""
+    import psycopg
+
+    now = SystemClock().now_ms() + 3_600_000
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(SQL["drop_table"])
+        conn.execute(SQL["create_table"])
+        t0 = time.perf_counter()
+        _copy(conn, lambda: (f"far-{i}\tbacklog\t{{}}\t{_iso(now + i * FAR_SPAN_MS // far)}\n"
+                             for i in range(far)), far)
+        conn.execute(SQL["create_index"])  # after the bulk load, as anyone loading 10M rows would
+        conn.execute(SQL["analyze"])
+        return far / (time.perf_counter() - t0)
+
+
+def run_postgres(url: str, near: int, window_s: float, workers: int = 4, batch: int = 100,
+                 poll_interval_s: float = 1.0, samples_out: list[float] | None = None) -> dict[str, Any]:
+    import psycopg
+
+    now = SystemClock().now_ms()
+    start = now + int(_lead_s(near) * 1000)
+    with psycopg.connect(url, autocommit=True) as conn:
+        _copy(conn, lambda: (f"near-{i}\tnoop\t{{}}\t{_iso(start + int(i * window_s * 1000 / near))}\n"
+                             for i in range(near)), near)
+        conn.execute(SQL["analyze"])
+    late: list[float] = []
+    fired_at: list[int] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def worker() -> None:
+        with psycopg.connect(url, autocommit=True) as c:
+            while not stop.is_set():
+                rows = c.execute(SQL["claim"], (batch,)).fetchall()
+                if not rows:
+                    stop.wait(poll_interval_s)
+                    continue
+                done = []
+                for job_id, _kind, _payload, due_ms in rows:
+                    t = time.time() * 1000  # the no-op handler starts here
+                    with lock:
+                        late.append(t - due_ms)
+                        fired_at.append(int(t))
+                    done.append(job_id)
+                c.execute(SQL["complete"], (done,))
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(workers)]
+    for t in threads:
+        t.start()
+        time.sleep(poll_interval_s / workers)  # staggered: together they poll `workers` times a second
+    deadline = time.monotonic() + (start - now) / 1000 + window_s + 300
+    while len(late) < near and time.monotonic() < deadline:
+        time.sleep(0.2)
+    stop.set()
+    for t in threads:
+        t.join(timeout=30)
+    with psycopg.connect(url, autocommit=True) as conn:
+        poll_ms = _empty_poll_postgres(conn, batch)
+    if samples_out is not None:
+        samples_out.extend(late)
+    return _summary("Postgres SKIP LOCKED", late, start, fired_at, poll_ms, near)
+
+
+def _empty_poll_postgres(conn: Any, batch: int, rounds: int = 100) -> float:
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        conn.execute(SQL["claim"], (batch,)).fetchall()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1000
+
+
+def peer_postgres(host: str, pg_url: str, far: int, near: int, window_s: float,
+                  store_with_backlog: CassandraStore | None = None,
+                  load_backlog: Callable[[CassandraStore, int], float] | None = None,
+                  samples: dict[str, list[float]] | None = None) -> dict[str, Any]:
+    """Both systems, one after the other, each with ``far`` stored and ``near`` to fire."""
+    own = store_with_backlog is None
+    samples = {} if samples is None else samples
+    store = store_with_backlog or fresh_store(host, "bench_peer", SHARDS,
+                                              now_ms=SystemClock().now_ms() - 120_000)
+    try:
+        if own and load_backlog is not None:
+            load_backlog(store, far)
+        ours = run_scheduler(store, near, window_s, samples.setdefault("ours", []))
+    finally:
+        if own:
+            drop(store)
+            store.close()
+    pg_load = load_postgres(pg_url, far)
+    peer = run_postgres(pg_url, near, window_s, samples_out=samples.setdefault("postgres", []))
+    return {"far_jobs": far, "near_jobs": near, "window_s": window_s,
+            "offered_jobs_per_s": round(near / window_s), "postgres_load_rows_per_s": round(pg_load),
+            "scheduler": ours, "postgres": peer}

@@ -1,0 +1,312 @@
+"""Every benchmark in one run, written as DIR/report.json, DIR/report.md and PNG plots.
+``ops/bench [--quick] [--out DIR]`` starts the servers and calls this.
+
+Each entry of report.json has the same shape under a stable key:
+``{"value", "unit", "baseline", "baseline_is", "ratio", "goal", "met", "details"}``.
+``met`` is null where the issue asks only for the figure to be reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench import enqueue as enqueue_bench
+from bench import fleet as fleet_bench
+from bench import peer as peer_bench
+from bench import poller as poller_bench
+from bench.common import drop, fresh_store
+
+SHARDS = poller_bench.SHARDS
+
+
+@dataclass(frozen=True)
+class Sizes:
+    enqueue_jobs: int
+    enqueue_rounds: int
+    backlog: int  # far-future jobs: poll cost, RSS and the peer's far set
+    fire_jobs: int
+    lateness_s: int
+    rss_s: int
+    fleet_jobs: int
+    handover_s: int
+    peer_near: int
+    peer_window_s: float
+
+
+QUICK = Sizes(10_000, 2, 1_000_000, 30_000, 10, 15, 8_000, 30, 100_000, 20.0)
+FULL = Sizes(20_000, 3, 10_000_000, 100_000, 30, 30, 24_000, 45, 1_000_000, 120.0)
+
+
+def entry(value: float | None, unit: str, baseline: float | None, baseline_is: str, goal: str,
+          met: bool | None, details: dict[str, Any], ratio: float | None = None) -> dict[str, Any]:
+    if ratio is None and value is not None and baseline:
+        ratio = value / baseline
+    return {"value": value, "unit": unit, "baseline": baseline, "baseline_is": baseline_is,
+            "ratio": None if ratio is None else round(ratio, 3), "goal": goal, "met": met,
+            "details": details}
+
+
+def versions(host: str, zk: str, pg_url: str) -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    store = fresh_store(host, "bench_version", 1)
+    try:
+        out["cassandra"] = store.release_version()
+    finally:
+        drop(store)
+        store.close()
+    zk_host, _, zk_port = zk.partition(":")
+    try:
+        with socket.create_connection((zk_host, int(zk_port or 2181)), timeout=5) as s:
+            s.sendall(b"srvr")
+            text = s.recv(4096).decode()
+        out["zookeeper"] = text.splitlines()[0].split(":", 1)[1].strip().split("-")[0]
+    except OSError:
+        out["zookeeper"] = "unknown"
+    try:
+        import psycopg
+
+        with psycopg.connect(pg_url) as conn:
+            row = conn.execute(peer_bench.SQL["server_version"]).fetchone()
+            out["postgres"] = str(row[0]) if row else "unknown"
+    except Exception:
+        out["postgres"] = "unknown"
+    return out
+
+
+def machine_facts() -> dict[str, Any]:
+    import os
+
+    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpus": os.cpu_count(), "cpu_model": cpu, "memory_gib": round(mem_gib, 1),
+            "platform": platform.platform()}
+
+
+def run_all(args: argparse.Namespace, sizes: Sizes) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The benchmarks in order; returns (report entries, raw series for the plots)."""
+    results: dict[str, Any] = {}
+    series: dict[str, Any] = {"lateness": [], "peer": {}}
+    tmp = Path(tempfile.mkdtemp(prefix="bench-"))
+
+    def step(name: str, fn: Callable[[], dict[str, Any]]) -> None:
+        print(f"[bench] {name} ...", file=sys.stderr, flush=True)
+        t0 = time.monotonic()
+        results[name] = fn()
+        results[name]["details"]["seconds"] = round(time.monotonic() - t0, 1)
+        print(f"[bench]   {json.dumps(results[name])}", file=sys.stderr, flush=True)
+
+    def enqueue() -> dict[str, Any]:
+        r = enqueue_bench.enqueue(args.host, sizes.enqueue_jobs, sizes.enqueue_rounds)
+        return entry(r["library_jobs_per_s"], "jobs/s", r["bare_driver_jobs_per_s"],
+                     "bare driver loop inserting the same rows", "ratio >= 0.8", r["ratio"] >= 0.8, r)
+
+    def fire() -> dict[str, Any]:
+        r = poller_bench.fire_throughput(args.host, sizes.fire_jobs)
+        return entry(r["poller_jobs_per_s"], "jobs/s", r["bare_loop_jobs_per_s"],
+                     "bare driver read-and-record loop", "ratio >= 0.8 and >= 5,000 jobs/s", r["met"], r)
+
+    def lateness() -> dict[str, Any]:
+        r = poller_bench.lateness(args.host, 1000, sizes.lateness_s, series["lateness"])
+        return entry(r["p99_ms"], "ms (p99)", 1000.0, "the 1 s poll interval", "p99 < 50 ms", r["met"], r)
+
+    step("enqueue", enqueue)
+    step("fire_throughput", fire)
+    step("lateness", lateness)
+
+    # One store holds the far-future backlog for poll cost, RSS and the peer's far set.
+    empty = fresh_store(args.host, "bench_empty", SHARDS)
+    full = fresh_store(args.host, "bench_backlog", SHARDS)
+    print(f"[bench] loading {sizes.backlog:,} far-future jobs ...", file=sys.stderr, flush=True)
+    load_rate = poller_bench.load_backlog(full, sizes.backlog)
+    try:
+        def poll_cost() -> dict[str, Any]:
+            r = poller_bench.poll_cost(empty, full, 200)
+            return entry(r["poll_ms_with_backlog"], "ms per poll of 16 shards", r["poll_ms_empty_store"],
+                         "the same poll with nothing stored", "ratio <= 1.2", r["met"],
+                         {**r, "backlog": sizes.backlog, "backlog_load_rows_per_s": round(load_rate)})
+
+        def rss() -> dict[str, Any]:
+            r = poller_bench.rss(empty.url, full.url, sizes.rss_s)
+            return entry(r["rss_mb_with_backlog"], "MB", r["rss_mb_empty_store"],
+                         "the same poller with nothing stored", "< 200 MB", r["met"],
+                         {**r, "backlog": sizes.backlog})
+
+        def peer() -> dict[str, Any]:
+            r = peer_bench.peer_postgres(args.host, args.pg, sizes.backlog, sizes.peer_near,
+                                         sizes.peer_window_s, store_with_backlog=full,
+                                         samples=series["peer"])
+            ours, pg = r["scheduler"], r["postgres"]
+            return entry(ours["fire_jobs_per_s"], "jobs/s", pg["fire_jobs_per_s"],
+                         "the Postgres SKIP LOCKED design, same workload", "reported", None, r)
+
+        step("poll_cost_backlog", poll_cost)
+        step("poller_rss_backlog", rss)
+        step("peer_postgres", peer)
+    finally:
+        for st in (empty, full):
+            drop(st)
+            st.close()
+
+    def scaling() -> dict[str, Any]:
+        r = fleet_bench.fleet_scaling(args.host, args.zk, sizes.fleet_jobs, tmp)
+        series["fleet"] = {n: r[f"pollers_{n}_jobs_per_s"] for n in (1, 2, 4)}
+        return entry(r["pollers_4_jobs_per_s"], "jobs/s", r["pollers_1_jobs_per_s"], "one poller",
+                     "ratio >= 3.5", r["met"], r)
+
+    def handover() -> dict[str, Any]:
+        r = fleet_bench.handover(args.host, args.zk, tmp, sizes.handover_s)
+        return entry(r["kill_9_pause_s"], "s (kill -9 pause)", r["planned_leave_pause_s"],
+                     "planned leave pause", "reported", None, r)
+
+    def shards_moved() -> dict[str, Any]:
+        r = fleet_bench.shards_moved()
+        n4 = r["n4"]
+        return entry(n4["join"], "shards moved (N=4 join, S=64)", n4["ideal_join"], "ideal S/(N+1)",
+                     "about S/N", None, r)
+
+    step("fleet_scaling", scaling)
+    step("handover", handover)
+    step("shards_moved", shards_moved)
+    return results, series
+
+
+def plots(out: Path, series: dict[str, Any]) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    made = []
+    fig, ax = plt.subplots(figsize=(7, 4))
+    if series["lateness"]:
+        ax.hist(series["lateness"], bins=60, color="#3b7dd8")
+        ax.set_yscale("log")
+    ax.set_xlabel("lateness, ms (handler start - due time)")
+    ax.set_ylabel("jobs")
+    ax.set_title("Lateness at 1,000 jobs/s, 1 s poll interval")
+    fig.tight_layout()
+    fig.savefig(out / "lateness.png", dpi=110)
+    plt.close(fig)
+    made.append("lateness.png")
+
+    if series.get("peer"):
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for name, label in (("ours", "this scheduler (Cassandra)"), ("postgres", "Postgres SKIP LOCKED")):
+            values = sorted(series["peer"].get(name, []))
+            if values:
+                ax.plot(values, [i / len(values) for i in range(len(values))], label=label)
+        ax.set_xscale("symlog")
+        ax.set_xlabel("lateness, ms")
+        ax.set_ylabel("fraction of jobs")
+        ax.set_title("Peer workload: lateness distribution (CDF)")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / "peer_lateness.png", dpi=110)
+        plt.close(fig)
+        made.append("peer_lateness.png")
+
+    if series.get("fleet"):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ns = sorted(series["fleet"])
+        ax.plot(ns, [series["fleet"][n] for n in ns], marker="o", label="measured")
+        ax.plot(ns, [series["fleet"][1] * n for n in ns], linestyle="--", label="linear")
+        ax.set_xticks(ns)
+        ax.set_xlabel("pollers")
+        ax.set_ylabel("jobs/s (10 ms handler)")
+        ax.set_title("Fleet throughput against pollers")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / "fleet_scaling.png", dpi=110)
+        plt.close(fig)
+        made.append("fleet_scaling.png")
+    return made
+
+
+def fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.3f}".rstrip("0").rstrip(".") if abs(v) < 100 else f"{v:,.0f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def markdown(report: dict[str, Any]) -> str:
+    lines = [f"# Benchmark report ({'quick' if report['quick'] else 'full'} mode)", "",
+             f"- date: {report['date']}", f"- command: `{report['command']}`",
+             f"- machine: {report['machine']['cpus']} cores ({report['machine']['cpu_model']}), "
+             f"{report['machine']['memory_gib']} GiB, {report['machine']['platform']}",
+             "- versions: " + ", ".join(f"{k} {v}" for k, v in report["versions"].items()),
+             "- sizes: " + ", ".join(f"{k} {fmt(v)}" for k, v in report["sizes"].items()),
+             f"- total time: {report['seconds']:.0f} s", "",
+             "| key | value | baseline | ratio | goal | met |", "|---|---|---|---|---|---|"]
+    for key, e in report["results"].items():
+        met = {True: "yes", False: "**no**", None: "reported"}[e["met"]]
+        lines.append(f"| `{key}` | {fmt(e['value'])} {e['unit']} | {fmt(e['baseline'])} ({e['baseline_is']}) "
+                     f"| {fmt(e['ratio'])} | {e['goal']} | {met} |")
+    peer = report["results"].get("peer_postgres")
+    if peer:
+        d = peer["details"]
+        lines += ["", f"## Peer: {d['near_jobs']:,} jobs due over {d['window_s']:g} s "
+                      f"({d['offered_jobs_per_s']:,} jobs/s offered), {d['far_jobs']:,} far jobs stored",
+                  "", "| system | fired | jobs/s | lateness p50 | p99 | max | empty poll |",
+                  "|---|---|---|---|---|---|---|"]
+        for side in ("scheduler", "postgres"):
+            s = d[side]
+            lines.append(f"| {s['system']} | {s['fired']:,}/{s['expected']:,} | {s['fire_jobs_per_s']:,} "
+                         f"| {fmt(s['lateness_p50_ms'])} ms | {fmt(s['lateness_p99_ms'])} ms "
+                         f"| {fmt(s['lateness_max_ms'])} ms | {fmt(s['empty_poll_ms'])} ms |")
+    lines += ["", "Plots: " + ", ".join(f"[{p}]({p})" for p in report["plots"]), "",
+              "Details of every figure are in report.json."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="smaller sizes: under 10 minutes on 2 cores")
+    ap.add_argument("--out", default="bench/out", help="folder for report.md, report.json and plots")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--zk", default="127.0.0.1:2181")
+    ap.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5433/bench")
+    args = ap.parse_args()
+    sizes = QUICK if args.quick else FULL
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    report: dict[str, Any] = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"), "quick": args.quick,
+        "command": "ops/bench" + (" --quick" if args.quick else "") + f" --out {args.out}",
+        "machine": machine_facts(), "versions": versions(args.host, args.zk, args.pg),
+        "sizes": sizes.__dict__}
+    results, series = run_all(args, sizes)
+    report["results"] = results
+    report["seconds"] = round(time.monotonic() - t0, 1)
+    report["plots"] = plots(out, series)
+    (out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=False) + "\n")
+    (out / "report.md").write_text(markdown(report))
+    print((out / "report.md").read_text())
+    print(f"[bench] wrote {out}/report.md, report.json and {len(report['plots'])} plots "
+          f"in {report['seconds']:.0f} s", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
