@@ -25,6 +25,8 @@ class PollerConfig:
     max_buffered: int = 20_000
     shutdown_timeout_s: float = 10.0
     checkpoint_interval_s: float = 1.0
+    # How long the recorder lets outcomes gather when they trickle in (slow handlers).
+    record_linger_s: float = 0.1
     clock_check_interval_s: float = 30.0
     check_clock: bool = True
     layout_refresh_s: float = 5.0
