@@ -3,9 +3,11 @@ the single-table SKIP LOCKED design (``bench/peer.sql``), in one run.
 
 Workload, for each system: ``far`` future jobs spread over the next 30 days, and
 ``near`` jobs due uniformly over a ``window_s`` window that opens once they are all
-stored; then a no-op handler fires them. Reported per system: sustained fire throughput
-over the window (jobs / (last firing - window start)), lateness p50/p99 (handler start
-minus due time) and the cost of one empty poll with the far jobs stored.
+stored; then a no-op handler fires them. Then the same number again, all due at one
+instant, to find each system's capacity (an offered rate both keep up with says
+nothing about it). Reported per system: fire throughput (jobs / (last firing - window
+start)), lateness p50/p99 (handler start minus due time) and the cost of one empty poll
+with the far jobs stored.
 
 The scheduler side is one in-process ``Poller`` (default settings, 1 s poll interval).
 The peer side is ``workers`` threads, each with its own connection, claiming up to
@@ -58,7 +60,7 @@ def _summary(name: str, lateness_ms: list[float], window_start_ms: int, fired_at
 
 
 def run_scheduler(store: CassandraStore, near: int, window_s: float,
-                  samples_out: list[float] | None = None) -> dict[str, Any]:
+                  samples_out: list[float] | None = None, prefix: str = "near") -> dict[str, Any]:
     """Fire ``near`` jobs on ``store`` (which already holds the far backlog). The jobs
     are written like the far ones, bucket rows only (the producer path is measured by
     the ``enqueue`` benchmark)."""
@@ -67,7 +69,7 @@ def run_scheduler(store: CassandraStore, near: int, window_s: float,
     jobs = []
     for i in range(near):
         due = start + int(i * window_s * 1000 / near)
-        job_id = f"near-{i}"
+        job_id = f"{prefix}-{i}"
         jobs.append(Job(job_id=job_id, kind="noop", data=b"{}", data_json=True, due_ms=due, fire_ms=due,
                         bucket=bucket_of_ms(due, 60), shard=shard_of(job_id, SHARDS)))
     write_bucket_rows(store, jobs)
@@ -143,13 +145,14 @@ def load_postgres(url: str, far: int) -> float:
 
 
 def run_postgres(url: str, near: int, window_s: float, workers: int = 4, batch: int = 100,
-                 poll_interval_s: float = 1.0, samples_out: list[float] | None = None) -> dict[str, Any]:
+                 poll_interval_s: float = 1.0, samples_out: list[float] | None = None,
+                 prefix: str = "near") -> dict[str, Any]:
     import psycopg
 
     now = SystemClock().now_ms()
     start = now + int(_lead_s(near, 50_000) * 1000)
     with psycopg.connect(url, autocommit=True) as conn:
-        _copy(conn, lambda: (f"near-{i}\tnoop\t{{}}\t{_iso(start + int(i * window_s * 1000 / near))}\n"
+        _copy(conn, lambda: (f"{prefix}-{i}\tnoop\t{{}}\t{_iso(start + int(i * window_s * 1000 / near))}\n"
                              for i in range(near)), near)
         conn.execute(SQL["analyze"])
     late: list[float] = []
@@ -212,12 +215,14 @@ def peer_postgres(host: str, pg_url: str, far: int, near: int, window_s: float,
         if own and load_backlog is not None:
             load_backlog(store, far)
         ours = run_scheduler(store, near, window_s, samples.setdefault("ours", []))
+        ours_drain = run_scheduler(store, near, 0.0, prefix="drain")
     finally:
         if own:
             drop(store)
             store.close()
     pg_load = load_postgres(pg_url, far)
     peer = run_postgres(pg_url, near, window_s, samples_out=samples.setdefault("postgres", []))
+    peer_drain = run_postgres(pg_url, near, 0.0, prefix="drain")
     return {"far_jobs": far, "near_jobs": near, "window_s": window_s,
             "offered_jobs_per_s": round(near / window_s), "postgres_load_rows_per_s": round(pg_load),
-            "scheduler": ours, "postgres": peer}
+            "scheduler": ours, "postgres": peer, "scheduler_drain": ours_drain, "postgres_drain": peer_drain}

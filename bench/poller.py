@@ -173,7 +173,12 @@ def fire_throughput(host: str, n: int, rounds: int = 2) -> dict[str, Any]:
 def lateness(host: str, rate: int, seconds: int, samples_out: list[float] | None = None) -> dict[str, Any]:
     store = fresh_store(host, "bench_late", SHARDS)
     client = Client(store)
-    start = datetime.now(UTC) + timedelta(seconds=client.meta.late_margin_ms / 1000 + 10)
+    # The window straddles a bucket boundary: the first jobs of a bucket are the ones a
+    # poller can fire late (it cannot read a bucket before the previous one closed).
+    earliest = datetime.now(UTC) + timedelta(seconds=client.meta.late_margin_ms / 1000 + 10 + seconds / 2)
+    width = client.meta.bucket_width_s
+    boundary = (int(earliest.timestamp()) // width + 1) * width
+    start = datetime.fromtimestamp(boundary - seconds / 2, UTC)
     n = rate * seconds
     client.schedule_many([JobSpec(f"l{i}", start + timedelta(seconds=i / rate), "noop") for i in range(n)])
     samples: list[float] = []

