@@ -19,14 +19,15 @@ CoordOpt = Annotated[str | None, typer.Option(
                           "(default $SCHEDULER_COORDINATOR; local: from the checkpoints).")]
 
 
-def _open(store: str | None, coordinator: str | None) -> tuple[Any, Any, Settings]:
+def _open(store: str | None, coordinator: str | None) -> tuple[Any, Any]:
+    """The store, and a function reading the fleet from ZooKeeper (None for local)."""
     from .coord import read_fleet
     from .store import open_store
 
     settings = Settings.from_env()
     st = open_store(settings.require_store(store))
     url = coordinator or settings.coordinator
-    return st, (lambda: read_fleet(url)), settings
+    return st, (lambda: read_fleet(url))
 
 
 def _fmt_lag(seconds: float) -> str:
@@ -45,7 +46,7 @@ def lag(store: StoreOpt = None, coordinator: CoordOpt = None, as_json: JsonOpt =
     from .observe import lag_report
 
     with errors():
-        st, fleet, _ = _open(store, coordinator)
+        st, fleet = _open(store, coordinator)
         try:
             rows = lag_report(st, SystemClock().now_ms(), fleet())
         finally:
@@ -75,7 +76,7 @@ def status(store: StoreOpt = None, coordinator: CoordOpt = None, as_json: JsonOp
     from .observe import fleet_status
 
     with errors():
-        st, fleet, _ = _open(store, coordinator)
+        st, fleet = _open(store, coordinator)
         try:
             s = fleet_status(st, SystemClock().now_ms(), fleet())
         finally:
@@ -147,7 +148,7 @@ def inspect(
     from .observe import bucket_rows
 
     with errors():
-        st, _, _ = _open(store, "local")
+        st, _ = _open(store, "local")
         try:
             width = st.meta().bucket_width_s
             b = _parse_bucket(bucket, width)
@@ -191,7 +192,7 @@ def forecast(
     with errors():
         if not 0 < hours <= 24 * 31:
             raise InvalidInput(f"--hours {hours} is out of range: give a number of hours in (0, 744]")
-        st, _, _ = _open(store, "local")
+        st, _ = _open(store, "local")
         try:
             if as_json:
                 fc = run_forecast(st, SystemClock().now_ms(), hours)
@@ -258,7 +259,7 @@ def exporter(
     with errors():
         if interval <= 0:
             raise InvalidInput("--interval must be > 0")
-        st, fleet, _ = _open(store, coordinator)
+        st, fleet = _open(store, coordinator)
         exp = LagExporter(st, SystemClock(), fleet, interval_s=interval)
         exp.refresh()  # fail at start, with a clear message, rather than serve nothing
         bound = serve_registry(exp.registry, address)

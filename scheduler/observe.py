@@ -48,7 +48,8 @@ class ShardLag:
         return out
 
 
-def _initial_drained(store: Store) -> tuple[int, int]:
+def _width_and_initial(store: Store) -> tuple[int, int]:
+    """Bucket width, and the checkpoint a shard without one starts from."""
     meta = store.meta()
     return meta.bucket_width_s, meta.origin_bucket - meta.bucket_width_s
 
@@ -59,7 +60,7 @@ def lag_report(store: Store, now_ms: int, fleet: FleetSnapshot | None = None,
 
     A shard that never had a checkpoint is reported from the store's origin bucket, as a
     poller would start it. Raises ``StoreUnavailable`` when the store cannot be read."""
-    width, initial = _initial_drained(store)
+    width, initial = _width_and_initial(store)
     layouts = store.layouts()
     saved: dict[int, ShardCheckpoint] = {cp.shard: cp for cp in store.checkpoints()}
     shards = sorted(live_shards(layouts, {s: cp.drained for s, cp in saved.items()}, width))
@@ -98,7 +99,7 @@ def lag_report(store: Store, now_ms: int, fleet: FleetSnapshot | None = None,
 
 def bucket_rows(store: Store, bucket: int, shard: int | None, limit: int = 100_000) -> list[Job]:
     """Every row of a bucket (fired ones included), of one shard or of all its shards."""
-    width, _ = _initial_drained(store)
+    width, _ = _width_and_initial(store)
     count = store.layouts().read_count(bucket)
     shards = [shard] if shard is not None else list(range(count))
     end_ms = (bucket + width) * 1000 - 1
@@ -127,7 +128,7 @@ def forecast(store: Store, now_ms: int, hours: float,
 
     One count per (bucket, shard) partition, so it costs S * buckets small reads and
     nothing for jobs stored further out. ``progress(done, total)`` is called per chunk."""
-    width, _ = _initial_drained(store)
+    width, _ = _width_and_initial(store)
     layouts = store.layouts()
     first = bucket_of_ms(now_ms, width)
     last = bucket_of_ms(now_ms + int(hours * 3_600_000), width)
