@@ -89,7 +89,11 @@ def test_killed_pollers_shards_lag_grows_and_the_alert_fires(cassandra_keyspace,
         after = samples[killed_at:]
         for s in (0, 1):
             lags = [lag_of(m, s) for m in after]
-            assert lags[-1] > 25 and all(b >= a for a, b in itertools.pairwise(lags)), lags
+            # It may have just drained a bucket when killed (lag ~0): ~24 s later it is
+            # past anything a live shard shows (under 12 s). After the exporter's next two
+            # refreshes (1 s apart; the first may still bring the dead poller's last
+            # checkpoint) it never goes down.
+            assert lags[-1] > 20 and all(b >= a for a, b in itertools.pairwise(lags[3:])), lags
             slope = (lags[-1] - lags[5]) / (len(lags) - 6)
             assert 0.8 < slope < 1.2, f"lag of a dead shard grows with the clock, got {slope:.2f} s/s"
         for s in (2, 3):
