@@ -5,7 +5,9 @@ same run:
   jobs stored. Goal: ratio <= 1.2.
 - ``fire_throughput``: one poller with a no-op handler draining M overdue jobs, next to a
   bare driver loop doing the same reads and writes (page through every partition, set
-  ``fired_at`` in single-partition batches of 50). Goal: >= 0.8 and >= 5,000 jobs/s.
+  ``fired_at`` in single-partition batches of 50, bound the driver's usual way). Five
+  paired rounds; the ratio is the median of the per-round ratios. Goal: >= 0.8 and
+  >= 5,000 jobs/s.
 - ``lateness``: p50/p99 of handler start minus due time at a steady rate (1,000 jobs/s)
   with a 1 s poll interval. Goal: p99 < 50 ms.
 - ``rss``: a ``scheduler run`` process's resident memory with the N-job backlog stored,
@@ -157,18 +159,32 @@ def _fire_bare(host: str, n: int, now: int) -> float:
     return elapsed
 
 
-def fire_throughput(host: str, n: int, rounds: int = 2) -> dict[str, Any]:
-    """Alternating rounds; the best of each side is compared (the machines are noisy)."""
+def fire_throughput(host: str, n: int, rounds: int = 5) -> dict[str, Any]:
+    """Paired rounds, the order alternating; the ratio is the median of the per-round
+    ratios. The bare loop alone ranges 26k-36k jobs/s across runs on this machine: a
+    pair measured back to back shares most of that drift, and the median drops an
+    outlier pair (the best of each side, used before, paired unrelated moments)."""
     now = SystemClock().now_ms()
-    best_poller = best_bare = float("inf")
-    for _ in range(rounds):
-        best_poller = min(best_poller, _fire_poller(host, n, now))
-        best_bare = min(best_bare, _fire_bare(host, n, now))
-    rate, bare = n / best_poller, n / best_bare
+    pairs: list[tuple[float, float]] = []
+    for i in range(rounds):
+        if i % 2 == 0:
+            p = _fire_poller(host, n, now)
+            b = _fire_bare(host, n, now)
+        else:
+            b = _fire_bare(host, n, now)
+            p = _fire_poller(host, n, now)
+        pairs.append((n / p, n / b))
+        print(f"  round {i + 1}/{rounds}: poller {n / p:,.0f} jobs/s, bare {n / b:,.0f} jobs/s",
+              file=sys.stderr)
+    ratio = statistics.median(r / b for r, b in pairs)
+    rate = statistics.median(r for r, _ in pairs)
+    bare = statistics.median(b for _, b in pairs)
     return {"jobs": n, "rounds": rounds, "poller_jobs_per_s": round(rate),
-            "bare_loop_jobs_per_s": round(bare),
-            "ratio": round(rate / bare, 3), "goal": ">= 0.8 and >= 5000 jobs/s",
-            "met": rate / bare >= 0.8 and rate >= 5000}
+            "bare_loop_jobs_per_s": round(bare), "ratio": round(ratio, 3),
+            "ratio_is": "median of per-round ratios",
+            "per_round": [{"poller": round(r), "bare": round(b), "ratio": round(r / b, 3)}
+                          for r, b in pairs],
+            "goal": ">= 0.8 and >= 5000 jobs/s", "met": ratio >= 0.8 and rate >= 5000}
 
 
 def lateness(host: str, rate: int, seconds: int, samples_out: list[float] | None = None) -> dict[str, Any]:

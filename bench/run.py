@@ -119,9 +119,10 @@ def run_all(args: argparse.Namespace, sizes: Sizes) -> tuple[dict[str, Any], dic
                      "bare driver loop inserting the same rows", "ratio >= 0.8", r["ratio"] >= 0.8, r)
 
     def fire() -> dict[str, Any]:
-        r = poller_bench.fire_throughput(args.host, sizes.fire_jobs, rounds=3)
+        r = poller_bench.fire_throughput(args.host, sizes.fire_jobs, rounds=5)
         return entry(r["poller_jobs_per_s"], "jobs/s", r["bare_loop_jobs_per_s"],
-                     "bare driver read-and-record loop", "ratio >= 0.8 and >= 5,000 jobs/s", r["met"], r)
+                     "bare driver read-and-record loop", "ratio >= 0.8 and >= 5,000 jobs/s", r["met"], r,
+                     ratio=r["ratio"])
 
     def lateness() -> dict[str, Any]:
         r = poller_bench.lateness(args.host, 1000, sizes.lateness_s, series["lateness"])

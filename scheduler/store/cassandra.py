@@ -40,6 +40,7 @@ from .base import (
     ShardCheckpoint,
     Store,
 )
+from .cbind import FastBinder
 from .rows import (
     bucket_key,
     bucket_params,
@@ -178,6 +179,7 @@ class CassandraStore(Store):
                 "start it (ops/cassandra start) or fix --store / SCHEDULER_STORE"
             ) from None
         self._prepared: dict[str, Any] = {}
+        self._binders: dict[str, FastBinder] = {}
         self._lock = threading.Lock()
 
     # --- plumbing --------------------------------------------------------------------
@@ -199,6 +201,12 @@ class CassandraStore(Store):
                     ) from None
                 self._prepared[name] = stmt
         return stmt
+
+    def _binder(self, name: str) -> FastBinder:
+        binder = self._binders.get(name)
+        if binder is None:
+            binder = self._binders[name] = FastBinder(self.prepared(name))
+        return binder
 
     def run(self, name: str, params: Sequence[Any] = (), what: str | None = None) -> list[Any]:
         try:
@@ -444,23 +452,19 @@ class CassandraStore(Store):
 
     def record_fired(self, jobs: Sequence[Job], fired_ms: int) -> None:
         """One single-partition batch per (bucket, shard): one mutation for many jobs."""
-        from cassandra.query import BatchStatement, BatchType
-
-        stmt = self.prepared("mark_fired")
-        by_partition: dict[tuple[int, int], list[Job]] = defaultdict(list)
+        binder = self._binder("mark_fired")
+        by_partition: dict[tuple[int, int], list[tuple[Any, ...]]] = defaultdict(list)
         for job in jobs:
-            by_partition[(job.bucket, job.shard)].append(job)
+            by_partition[(job.bucket, job.shard)].append(
+                (fired_ms, job.bucket, job.shard, job.fire_ms, job.job_id))
         writes: list[tuple[Any, Any]] = []
         for group in by_partition.values():
             for i in range(0, len(group), BATCH_ROWS):
                 part = group[i:i + BATCH_ROWS]
                 if len(part) == 1:
-                    writes.append((stmt, (fired_ms, *bucket_key(part[0]))))
-                    continue
-                batch = BatchStatement(batch_type=BatchType.UNLOGGED)
-                for job in part:
-                    batch.add(stmt, (fired_ms, *bucket_key(job)))
-                writes.append((batch, None))
+                    writes.append((binder.stmt, part[0]))
+                else:
+                    writes.append((binder.batch(part), None))
         self._concurrent(writes, f"recording {len(jobs)} fired jobs")
 
     def record_retry(self, old: Job, new: Job, error: str, now_ms: int) -> None:
