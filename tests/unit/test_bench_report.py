@@ -38,3 +38,16 @@ def test_markdown_renders_every_key_and_the_peer_table():
 
 def test_quick_sizes_are_smaller_than_full():
     assert all(q <= f for q, f in zip(QUICK.__dict__.values(), FULL.__dict__.values(), strict=True))
+
+
+def test_markdown_explains_the_paired_fire_ratio():
+    details = {"rounds": 3, "ratio_vs_fast_bind_loop": 0.7,
+               "per_round": [{"poller": 9, "bare": 10, "ratio": r} for r in (0.9, 1.1, 1.0)]}
+    report = {"quick": True, "date": "2026-11-30T00:00:00+00:00", "command": "ops/bench --quick",
+              "machine": {"cpus": 2, "cpu_model": "x", "memory_gib": 24, "platform": "linux"},
+              "versions": {}, "sizes": QUICK.__dict__, "seconds": 1.0, "plots": [],
+              "results": {"fire_throughput": entry(9.0, "jobs/s", 10.0, "bare", "goal", True, details,
+                                                   ratio=1.0)}}
+    text = markdown(report)
+    assert "median of the rounds' ratios (0.9, 1.1, 1)" in text and "per-row binding" in text
+    assert "| 1 |" in text  # the table shows the median ratio, not value / baseline (0.9)
