@@ -95,10 +95,9 @@ def poll_cost(empty: CassandraStore, full: CassandraStore, rounds: int) -> dict[
             "ratio": round(f / e, 3), "goal": "<= 1.2", "met": f / e <= 1.2}
 
 
-def load_overdue(store: CassandraStore, n: int) -> list[Job]:
+def load_overdue(store: CassandraStore, n: int, now: int) -> list[Job]:
     """``n`` jobs due over the last 50 s: a poller catching up after downtime. Only
     their bucket rows are written (all that firing reads and records)."""
-    now = SystemClock().now_ms()
     jobs = []
     for i in range(n):
         fire = now - 50_000 + i * 50_000 // n
@@ -109,9 +108,13 @@ def load_overdue(store: CassandraStore, n: int) -> list[Job]:
     return jobs
 
 
-def _fire_poller(host: str, n: int, now: int) -> float:
+def _overdue_store(host: str, n: int, now: int) -> CassandraStore:
     store = fresh_store(host, "bench_fire", SHARDS, now_ms=now - 120_000)
-    load_overdue(store, n)
+    load_overdue(store, n, now)
+    return store
+
+
+def _fire_poller(store: CassandraStore, n: int, now: int) -> float:
     poller = Poller(store, App.for_function(lambda job: None),
                     config=PollerConfig(concurrency=int(os.environ.get("BENCH_CONCURRENCY", "16")),
                                         read_limit=2000, max_buffered=50_000))
@@ -123,19 +126,15 @@ def _fire_poller(host: str, n: int, now: int) -> float:
         time.sleep(0.005)
     elapsed = time.perf_counter() - t0
     poller.stop()
-    drop(store)
-    store.close()
     return elapsed
 
 
-def _fire_bare(host: str, n: int, now: int, fast_bind: bool = False) -> float:
+def _fire_bare(store: CassandraStore, n: int, now: int, fast_bind: bool = False) -> float:
     """The same reads (every partition, paged) and writes (fired_at in single-partition
     batches of 50) as the poller, in a plain loop. ``fast_bind``: the batches are built
     with the poller's own ``FastBinder`` instead of the driver's ``BatchStatement.add``
     (the loop's limit with the binding cost the poller avoids removed too)."""
-    store = fresh_store(host, "bench_fire_bare", SHARDS, now_ms=now - 120_000)
-    jobs = load_overdue(store, n)
-    buckets = sorted({j.bucket for j in jobs})
+    buckets = range(bucket_of_ms(now - 50_000, 60), bucket_of_ms(now, 60) + 1, 60)
     read, upd = store.prepared("select_bucket_rows"), store.prepared("mark_fired")
     binder = FastBinder(upd)
     t0 = time.perf_counter()
@@ -161,10 +160,7 @@ def _fire_bare(host: str, n: int, now: int, fast_bind: bool = False) -> float:
                 after = (int(last[2]), last[3])
                 if len(rows) < 2000:
                     break
-    elapsed = time.perf_counter() - t0
-    drop(store)
-    store.close()
-    return elapsed
+    return time.perf_counter() - t0
 
 
 def fire_throughput(host: str, n: int, rounds: int = 5) -> dict[str, Any]:
@@ -172,17 +168,25 @@ def fire_throughput(host: str, n: int, rounds: int = 5) -> dict[str, Any]:
     ratios. The bare loop alone ranges 26k-36k jobs/s across runs on this machine: a
     pair measured back to back shares most of that drift, and the median drops an
     outlier pair (the best of each side, used before, paired unrelated moments)."""
-    now = SystemClock().now_ms()
     pairs: list[tuple[float, float]] = []
     fast: list[float] = []
     for i in range(rounds):
-        if i % 2 == 0:
-            p = _fire_poller(host, n, now)
-            b = _fire_bare(host, n, now)
-        else:
-            b = _fire_bare(host, n, now)
-            p = _fire_poller(host, n, now)
-        f = _fire_bare(host, n, now, fast_bind=True)
+        # All three data sets are loaded first, then fired back to back: a pair measured
+        # seconds apart shares the machine's state (loading between them did not).
+        now = SystemClock().now_ms()
+        stores = [_overdue_store(host, n, now) for _ in range(3)]
+        try:
+            if i % 2 == 0:
+                p = _fire_poller(stores[0], n, now)
+                b = _fire_bare(stores[1], n, now)
+            else:
+                b = _fire_bare(stores[1], n, now)
+                p = _fire_poller(stores[0], n, now)
+            f = _fire_bare(stores[2], n, now, fast_bind=True)
+        finally:
+            for store in stores:
+                drop(store)
+                store.close()
         pairs.append((n / p, n / b))
         fast.append(n / p / (n / f))
         print(f"  round {i + 1}/{rounds}: poller {n / p:,.0f} jobs/s, bare {n / b:,.0f} jobs/s, "

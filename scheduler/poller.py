@@ -29,6 +29,7 @@ import logging
 import queue
 import random
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -63,6 +64,10 @@ class _Shard:
 
 # Below this many outcomes per write, the recorder waits ``record_linger_s`` first.
 LINGER_BELOW = 500
+# Due jobs handed to one worker at once, at most (see ``_releaser``), and how long a
+# worker runs such a chunk before handing its unstarted jobs back.
+MAX_CHUNK = 32
+CHUNK_HANDBACK_S = 0.005
 
 
 class Poller:
@@ -88,12 +93,12 @@ class Poller:
         # Dispatch without a lock per job: the releaser counts what it handed out, each
         # worker counts what it finished in its own slot (the last slot is for inline
         # ``fire`` calls), and in flight is the difference.
-        self._work: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self._work: queue.SimpleQueue[list[Job] | None] = queue.SimpleQueue()
         self._released = 0
         self._finished = [0] * (self.config.concurrency + 1)
         self._want_slot = False
         self._slot_free = threading.Event()
-        self._outcomes: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
+        self._outcomes: queue.SimpleQueue[list[Outcome]] = queue.SimpleQueue()
         # Due jobs may wait in the work queue beyond the running ones: a worker that
         # finishes takes the next without a thread switch to the releaser. Only due
         # jobs get here, so this costs no precision.
@@ -343,37 +348,58 @@ class Poller:
 
     def fire(self, job: Job, slot: int = -1) -> Outcome:
         """Run the handler of one job and queue its outcome for recording."""
+        return self._fire_chunk([job], slot)[0]
+
+    def _fire_chunk(self, jobs: list[Job], slot: int) -> list[Outcome]:
+        """Run the handlers of ``jobs`` in order and queue their outcomes together. A
+        chunk running longer than ``CHUNK_HANDBACK_S`` hands its unstarted jobs back to
+        the work queue for an idle worker, so a slow handler holds up at most itself."""
+        outcomes: list[Outcome] = []
+        app, now_ms, rand, finished = self.app, self.clock.now_ms, self._rand.random, self._finished
+        started = time.monotonic()
         try:
-            outcome = run_handler(self.app, job, self.clock.now_ms, self._rand.random)
-            self._outcomes.put(outcome)
-            return outcome
+            for i, job in enumerate(jobs):
+                if i and time.monotonic() - started > CHUNK_HANDBACK_S:
+                    self._work.put(jobs[i:])
+                    break
+                try:
+                    outcomes.append(run_handler(app, job, now_ms, rand))
+                finally:
+                    finished[slot] += 1  # only this thread writes this slot
         finally:
-            self._finished[slot] += 1  # only this thread writes this slot
+            if outcomes:
+                self._outcomes.put(outcomes)
             if self._want_slot and self.in_flight() <= self._in_flight_cap // 2:
                 self._slot_free.set()
+        return outcomes
 
     def _worker(self, slot: int) -> None:
-        while (job := self._work.get()) is not None:
+        while (jobs := self._work.get()) is not None:
             if self.lease():
-                self.fire(job, slot)
+                self._fire_chunk(jobs, slot)
                 continue
             # Ownership is in doubt (a freeze, a suspended connection): do not fire. The
-            # job goes back to the queue; it is released again once the lease is renewed,
-            # or dropped with its shard if ownership is lost (its row stays unrecorded for
-            # the next owner). The cursor has passed it: it must not just be forgotten.
+            # jobs go back to the queue; they are released again once the lease is renewed,
+            # or dropped with their shard if ownership is lost (their rows stay unrecorded
+            # for the next owner). The cursor has passed them: they must not be forgotten.
             with self._cond:
-                st = self._shards.get(job.shard)
-                if st is not None:
-                    st.running -= 1
-                    self._queue.push(job)
-                self._finished[slot] += 1
+                for job in jobs:
+                    st = self._shards.get(job.shard)
+                    if st is not None:
+                        st.running -= 1
+                        self._queue.push(job)
+                    self._finished[slot] += 1
 
     def _releaser(self) -> None:
         while not self._stopping.is_set():
             jobs = self.release_ready()
             if jobs:
-                for job in jobs:
-                    self._work.put(job)
+                # Due jobs beyond one per worker go out in chunks: one hand-off (a queue
+                # operation and a thread wake-up) per chunk instead of per job. Only when
+                # more are due than there are workers, so no job waits that one could run.
+                size = min(MAX_CHUNK, max(1, len(jobs) // self.config.concurrency))
+                for i in range(0, len(jobs), size):
+                    self._work.put(jobs[i:i + size])
                 continue
             # Set the flag before looking, so a worker finishing meanwhile wakes us.
             self._slot_free.clear()
@@ -397,25 +423,28 @@ class Poller:
         """
         batch: list[Outcome] = []
         try:
-            batch.append(self._outcomes.get(timeout=block_s) if block_s else self._outcomes.get_nowait())
+            batch.extend(self._outcomes.get(timeout=block_s) if block_s else self._outcomes.get_nowait())
             while len(batch) < 2000:
-                batch.append(self._outcomes.get_nowait())
+                batch.extend(self._outcomes.get_nowait())
         except queue.Empty:
             pass
         if not batch:
             return 0
-        self.metrics.lateness.observe_many(max(0, o.started_ms - o.job.due_ms) / 1000 for o in batch)
-        errors = Counter(o.job.kind for o in batch if not o.ok)
-        for kind, n in errors.items():
-            self.metrics.handler_errors.labels(kind).inc(n)
         now = self.clock.now_ms()
+        # One pass sorts the batch; with a fast handler this runs once per job fired.
+        fired: list[Job] = []
+        failed: list[Outcome] = []
+        lateness: list[float] = []
+        for o in batch:
+            lateness.append(max(0, o.started_ms - o.job.due_ms) / 1000)
+            if o.ok:
+                fired.append(o.job)
+            else:
+                failed.append(o)
         try:
-            fired = [o.job for o in batch if o.ok]
             if fired:
                 self.store.record_fired(fired, now)
-            for o in batch:
-                if o.ok:
-                    continue
+            for o in failed:
                 if o.dead:
                     self.store.record_dead(o.job, o.error or "", now)
                 elif o.retry_at_ms is not None:
@@ -424,23 +453,27 @@ class Poller:
         except SchedulerError as exc:
             log.warning("recording %d outcomes failed, will retry: %s", len(batch), exc,
                         extra={"action": "record_failed"})
-            for o in batch:
-                self._outcomes.put(o)
+            self._outcomes.put(batch)
             return 0
         with self._cond:
+            shards = self._shards
             for o in batch:
-                st = self._shards.get(o.job.shard)
+                job = o.job
+                st = shards.get(job.shard)
                 if st is not None:
                     st.running -= 1
-                    st.progress.complete(o.job.bucket, (o.job.fire_ms, o.job.job_id))
+                    st.progress.complete(job.bucket, (job.fire_ms, job.job_id))
             self._cond.notify_all()
-        fired_by_kind = Counter(o.job.kind for o in batch if o.ok)
-        for kind, n in fired_by_kind.items():
-            self.metrics.fired.labels(kind).inc(n)
-        self.stats.fired += sum(fired_by_kind.values())
-        for o in batch:
-            if o.ok:
-                continue
+        self.metrics.lateness.observe_many(lateness)
+        kinds = {job.kind for job in fired}
+        if len(kinds) == 1:
+            self.metrics.fired.labels(kinds.pop()).inc(len(fired))
+        elif kinds:
+            for kind, n in Counter(job.kind for job in fired).items():
+                self.metrics.fired.labels(kind).inc(n)
+        self.stats.fired += len(fired)
+        for o in failed:
+            self.metrics.handler_errors.labels(o.job.kind).inc()
             if o.dead:
                 self.stats.dead += 1
                 self.metrics.dead.labels(o.job.kind).inc()
@@ -469,7 +502,18 @@ class Poller:
             # those into single-partition batches; it delays only the bookkeeping, never
             # a firing, and widens the crash-duplicate window by at most ``linger``.
             if 0 < n < LINGER_BELOW:
-                self._stopped.wait(linger)
+                self._linger(linger)
+
+    def _linger(self, seconds: float) -> None:
+        """Wait up to ``seconds`` for more outcomes; end early when enough are waiting
+        or no job is running any more (nothing else is coming: the last outcomes of a
+        drain are written at once, not ``seconds`` later)."""
+        # Real time, like the waits themselves (a test's manual clock may stand still).
+        deadline = time.monotonic() + seconds
+        while (time.monotonic() < deadline and self.in_flight() > 0
+               and self._outcomes.qsize() < LINGER_BELOW):
+            if self._stopped.wait(0.005):
+                return
 
     # --- lifecycle ------------------------------------------------------------------
 
@@ -527,8 +571,8 @@ class Poller:
             self._stopping.wait(0.02)
         # Jobs handed out but not yet started go back: they stay unfired in the store.
         try:
-            while self._work.get_nowait() is not None:
-                self._finished[-1] += 1
+            while (chunk := self._work.get_nowait()) is not None:
+                self._finished[-1] += len(chunk)
         except queue.Empty:
             pass
         for _ in range(self.config.concurrency):
