@@ -98,6 +98,10 @@ class Poller:
         self._finished = [0] * (self.config.concurrency + 1)
         self._want_slot = False
         self._slot_free = threading.Event()
+        # Whether recent handlers ran in under CHUNK_HANDBACK_S / MAX_CHUNK each: only
+        # then are due jobs handed out in chunks. Written by workers without a lock
+        # (a hint; a stale value costs a little speed, never a job).
+        self._fast_handlers = True
         self._outcomes: queue.SimpleQueue[list[Outcome]] = queue.SimpleQueue()
         # Due jobs may wait in the work queue beyond the running ones: a worker that
         # finishes takes the next without a thread switch to the releaser. Only due
@@ -361,6 +365,7 @@ class Poller:
             for i, job in enumerate(jobs):
                 if i and time.monotonic() - started > CHUNK_HANDBACK_S:
                     self._work.put(jobs[i:])
+                    self._fast_handlers = False
                     break
                 try:
                     outcomes.append(run_handler(app, job, now_ms, rand))
@@ -369,6 +374,9 @@ class Poller:
         finally:
             if outcomes:
                 self._outcomes.put(outcomes)
+                if len(outcomes) == len(jobs):
+                    per_job = (time.monotonic() - started) / len(jobs)
+                    self._fast_handlers = per_job < CHUNK_HANDBACK_S / MAX_CHUNK
             if self._want_slot and self.in_flight() <= self._in_flight_cap // 2:
                 self._slot_free.set()
         return outcomes
@@ -397,7 +405,9 @@ class Poller:
                 # Due jobs beyond one per worker go out in chunks: one hand-off (a queue
                 # operation and a thread wake-up) per chunk instead of per job. Only when
                 # more are due than there are workers, so no job waits that one could run.
-                size = min(MAX_CHUNK, max(1, len(jobs) // self.config.concurrency))
+                # Only while handlers are fast: slow ones are better spread one by one.
+                size = (min(MAX_CHUNK, max(1, len(jobs) // self.config.concurrency))
+                        if self._fast_handlers else 1)
                 for i in range(0, len(jobs), size):
                     self._work.put(jobs[i:i + size])
                 continue

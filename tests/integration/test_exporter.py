@@ -173,16 +173,27 @@ def test_exporter_reads_owners_from_zookeeper(cassandra_keyspace, zk_root, tmp_p
     exporter = LagExporter(store, SystemClock(), lambda: read_fleet(zk), interval_s=1)
     poller = start_poller(url, tmp_path / "fired.log", "--coordinator", zk, "--session-timeout", "4")
     try:
+        seen: list[object] = []
+
         def owned() -> list[bool]:
             exporter.refresh()
+            seen[:] = [[r.owner for r in exporter._rows], exporter._members]
             return [r.owner is not None for r in exporter._rows]
 
-        wait_until(lambda: owned() == [True] * 4, 60, "the poller to own every shard")
-        assert exporter._members == 1
-        poller.kill()
-        poller.wait()
-        wait_until(lambda: owned() == [False] * 4, 30, "ZooKeeper to drop the dead poller's locks")
-        assert exporter._members == 0
+        def log_tail() -> str:
+            text = (tmp_path / "fired.log.log").read_text(errors="replace") if (
+                tmp_path / "fired.log.log").exists() else ""
+            return f"last seen (owners, members): {seen}; poller log tail:\n" + text[-3000:]
+
+        try:
+            wait_until(lambda: owned() == [True] * 4 and exporter._members == 1, 60,
+                       "the poller to own every shard")
+            poller.kill()
+            poller.wait()
+            wait_until(lambda: owned() == [False] * 4 and exporter._members == 0, 30,
+                       "ZooKeeper to drop the dead poller's locks")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; {log_tail()}") from None
     finally:
         if poller.poll() is None:
             poller.kill()
