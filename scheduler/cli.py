@@ -338,6 +338,9 @@ def run(
     coordinator: Annotated[str | None, typer.Option(
         help="local or zookeeper://h1:2181,h2:2181/root (default $SCHEDULER_COORDINATOR).")] = None,
     session_timeout: Annotated[float, typer.Option(help="ZooKeeper session timeout, seconds.")] = 10.0,
+    store_failure_release: Annotated[float, typer.Option(
+        help="In a fleet: after this many seconds of failing store calls, release every shard "
+             "to the other pollers until the store answers (0: never).")] = 30.0,
     concurrency: Annotated[int, typer.Option(help="Handlers running at once.")] = 16,
     poll_interval: Annotated[float, typer.Option(help="Seconds between polls.")] = 1.0,
     max_rate: Annotated[float | None, typer.Option(help="Jobs/s this poller releases.")] = None,
@@ -368,8 +371,9 @@ def run(
     logs.setup(json_output=log_json)
     sys.path.insert(0, os.getcwd())  # handlers are usually modules of the current project
     with errors():
-        if concurrency < 1 or poll_interval <= 0:
-            raise InvalidInput("--concurrency must be >= 1 and --poll-interval > 0")
+        if concurrency < 1 or poll_interval <= 0 or store_failure_release < 0:
+            raise InvalidInput("--concurrency must be >= 1, --poll-interval > 0 and "
+                               "--store-failure-release >= 0")
         the_app = load_app(handler, app_)
         settings = Settings.from_env()
         st = open_store(settings.require_store(store))
@@ -388,7 +392,7 @@ def run(
             poller.start(owned or ())
             typer.echo(f"{poller.name}: polling shards {shards} of {st.url}", err=True)
         else:
-            fleet = Fleet(poller, coord)
+            fleet = Fleet(poller, coord, store_release_s=store_failure_release)
             fleet.start()
             typer.echo(f"{poller.name}: joined the fleet ({coordinator or settings.coordinator}) "
                        f"on {st.url}", err=True)

@@ -54,6 +54,12 @@ class Coordinator(Protocol):
     def session_lost(self) -> bool:
         """True once the session expired: every lock is gone, and this member with it."""
 
+    def leave(self) -> None:
+        """Stop being a member (others take our shards) while keeping the session."""
+
+    def join(self) -> None:
+        """Be a member again after ``leave``."""
+
 
 class LocalCoordinator:
     """In-process coordination: members and locks in a registry shared by root name."""
@@ -109,6 +115,17 @@ class LocalCoordinator:
     def session_lost(self) -> bool:
         return False
 
+    def leave(self) -> None:
+        with self._guard:
+            self._reg["members"].discard(self.member_id)
+
+    def join(self) -> None:
+        with self._guard:
+            self._reg["members"].add(self.member_id)
+
+
+RECONNECT = {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 1.0}
+
 
 def read_credentials(env: dict[str, str] | None = None) -> str | None:
     """``user:password`` for ZooKeeper digest auth from ``SCHEDULER_ZK_AUTH`` or the file
@@ -143,7 +160,11 @@ class ZooKeeperCoordinator:
             user, _, password = credentials.partition(":")
             acl = [make_digest_acl(user, password, all=True)]
             auth = [("digest", credentials)]
-        self.zk = KazooClient(hosts=hosts, timeout=session_timeout_s, default_acl=acl, auth_data=auth)
+        # kazoo's default reconnection delay doubles up to an hour: after a 30 s outage of
+        # every server it waited up to ~50 s more once they were back. Our servers are
+        # few and a connection attempt is cheap: retry at least every second.
+        self.zk = KazooClient(hosts=hosts, timeout=session_timeout_s, default_acl=acl, auth_data=auth,
+                              connection_retry=RECONNECT)
         self.member_id = ""
         self._locks: dict[int, Any] = {}
         self._tokens: dict[int, int] = {}
@@ -275,6 +296,28 @@ class ZooKeeperCoordinator:
 
     def session_lost(self) -> bool:
         return self._lost.is_set()
+
+    def leave(self) -> None:
+        """Delete our member node. Raises ``StoreUnavailable`` when ZooKeeper cannot be
+        reached (the caller retries on its next tick)."""
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            self.zk.delete(f"{self.root}/members/{self.member_id}")
+        except NoNodeError:
+            pass
+        except Exception as exc:  # ConnectionLoss, a timeout of kazoo's handler
+            raise StoreUnavailable(f"leaving the fleet failed: {exc!r}") from None
+
+    def join(self) -> None:
+        from kazoo.exceptions import NodeExistsError
+
+        try:
+            self.zk.create(f"{self.root}/members/{self.member_id}", b"", ephemeral=True)
+        except NodeExistsError:
+            pass
+        except Exception as exc:  # ConnectionLoss, a timeout of kazoo's handler
+            raise StoreUnavailable(f"joining the fleet failed: {exc!r}") from None
 
 
 @dataclass(frozen=True)

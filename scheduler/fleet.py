@@ -9,6 +9,13 @@ newly ours are taken as soon as their lock is free, with the lock node's czxid a
 fencing token. A shard the poller lost (a fenced write was refused) or whose lock went
 with the session is dropped at once.
 
+A poller that cannot reach the store (its ZooKeeper session healthy) would hold its
+shards while none of their jobs fire. After ``store_release_s`` (30 s) of failing store
+calls with no success in between it *steps out*: it drops its shards without writing
+(it cannot), releases their locks and deletes its member node, so the others take them.
+While stepped out it takes nothing; it probes the store every tick and rejoins the
+membership at the first answer.
+
 A lost session (expired while the process was frozen or cut off) ends the member: it
 drops every shard and sets ``ended``; ``scheduler run`` then exits with status 3 so its
 supervisor starts a fresh member. Crash-only recovery keeps one path for "my ownership
@@ -31,8 +38,11 @@ log = logging.getLogger("scheduler.fleet")
 
 class Fleet:
     def __init__(self, poller: Poller, coordinator: Coordinator, *, tick_s: float = 0.5,
-                 debounce_s: float = 1.0, live_refresh_s: float = 5.0) -> None:
+                 debounce_s: float = 1.0, live_refresh_s: float = 5.0,
+                 store_release_s: float = 30.0) -> None:
         self.poller = poller
+        self.store_release_s = store_release_s
+        self.stepped_out = False
         self.coord = coordinator
         self.tick_s = tick_s
         self.debounce_s = debounce_s
@@ -90,6 +100,8 @@ class Fleet:
                 self.ended.set()
             self._stop.set()
             return
+        if self._store_gate():
+            return
         # Shards whose lock went with the session, or that the poller lost to fencing.
         held = coord.held()
         for shard in poller.shards - held:
@@ -121,6 +133,36 @@ class Fleet:
             except OwnershipLost as exc:
                 coord.release(shard)
                 log.warning("could not claim shard %d: %s", shard, exc, extra={"action": "claim_refused"})
+
+    def _store_gate(self) -> bool:
+        """Step out of the fleet while the store stays unreachable, back in when it
+        answers. True while stepped out (the rest of the tick is skipped)."""
+        poller, coord = self.poller, self.coord
+        if self.stepped_out:
+            try:
+                poller.store.server_now_ms()
+            except SchedulerError:
+                return True
+            poller.store_fault.ok()
+            coord.join()
+            self.stepped_out = False
+            self._seen_members = []  # the debounce starts again with us in the list
+            log.warning("the store answers again: rejoined the fleet",
+                        extra={"action": "member_rejoined"})
+            return False
+        failing = poller.store_fault.failing_for()
+        if self.store_release_s <= 0 or failing < self.store_release_s:
+            return False
+        shards = sorted(poller.shards | coord.held())
+        for shard in shards:
+            poller.lose(shard, "the store is unreachable", fenced=False)
+            coord.release(shard)
+        coord.leave()
+        self.stepped_out = True
+        log.error("the store has failed for %.0f s: released %d shards and left the fleet "
+                  "until it answers", failing, len(shards),
+                  extra={"action": "member_stepped_out", "shards": len(shards)})
+        return True
 
     def _moved(self, what: str, shard: int) -> None:
         self.moves += 1

@@ -32,10 +32,28 @@ class TextFormatter(logging.Formatter):
         return f"{base}  [{extra}]" if extra else base
 
 
+# Third-party loggers that repeat themselves during an outage: the Cassandra driver
+# warns on every reconnection attempt to every down host, kazoo on every retry.
+CHATTY = ("cassandra", "kazoo")
+
+
 def setup(json_output: bool = False, level: str = "INFO") -> None:
+    """Our records at ``level``; the drivers' warnings in the same format, each kind of
+    line at most once per 30 s (a filter on the handler: logger filters do not reach
+    child loggers such as ``cassandra.pool``)."""
+    from .faults import RateLimitFilter
+
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if json_output else TextFormatter())
     root = logging.getLogger("scheduler")
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     root.propagate = False
+    chatty = logging.StreamHandler(sys.stderr)
+    chatty.setFormatter(handler.formatter)
+    chatty.addFilter(RateLimitFilter())
+    for name in CHATTY:
+        lib = logging.getLogger(name)
+        lib.handlers[:] = [chatty]
+        lib.setLevel(logging.WARNING)
+        lib.propagate = False

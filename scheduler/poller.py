@@ -39,6 +39,7 @@ from . import skew
 from .clock import Clock, SystemClock
 from .dispatch import App, Outcome, run_handler
 from .errors import OwnershipLost, SchedulerError
+from .faults import Backoff, FaultLog
 from .keys import bucket_of_ms, shard_of
 from .layout import Layouts
 from .metrics import PollerMetrics
@@ -85,6 +86,9 @@ class Poller:
         prefetch = self.config.prefetch_s
         self.prefetch_ms = limit if prefetch is None else min(int(prefetch * 1000), limit)
         self.stats = PollerStats()
+        # Every store call of every thread reports here: an outage is logged once, then
+        # summarised every 30 s, and a fleet releases our shards when it lasts too long.
+        self.store_fault = FaultLog(log, "the store", action="store")
         self.behind = False
         self._cond = threading.Condition()
         self._shards: dict[int, _Shard] = {}
@@ -173,8 +177,10 @@ class Poller:
         log.info("released shard %d", shard, extra={"action": "shard_released", "shard": shard,
                                                      "checkpoint": st.saved.drained})
 
-    def lose(self, shard: int, reason: str) -> None:
-        """Ownership moved: drop everything of the shard without writing for it again."""
+    def lose(self, shard: int, reason: str, *, fenced: bool = True) -> None:
+        """Ownership moved (``fenced``: a fenced write was refused) or is given up
+        without a word to the store (it cannot be reached): drop everything of the
+        shard without writing for it again. Its unrecorded rows stay for the next owner."""
         with self._cond:
             st = self._shards.pop(shard, None)
             if st is None:
@@ -183,7 +189,8 @@ class Poller:
             self.metrics.owned_shards.set(len(self._shards))
             self.stats.lost_shards.append(shard)
         self.metrics.forget_shard(shard)
-        self.metrics.fencing_refusals.inc()
+        if fenced:
+            self.metrics.fencing_refusals.inc()
         log.warning("lost shard %d: %s", shard, reason,
                     extra={"action": "shard_lost", "shard": shard, "epoch": st.epoch})
 
@@ -196,23 +203,26 @@ class Poller:
         return self._layouts
 
     def poll_once(self) -> int:
-        """Read every owned shard up to the horizon; returns rows queued. Store errors
-        are logged and the shard is retried next time. Sets ``behind`` when a shard
-        stopped early because the buffer was full (catch-up in progress)."""
+        """Read every owned shard up to the horizon; returns rows queued, or -1 when the
+        store failed (the poll stops at the first failure, reported to ``store_fault``,
+        and the shards are read again next time). Sets ``behind`` when a shard stopped
+        early because the buffer was full (catch-up in progress)."""
         self.behind = False
         with self.metrics.poll_duration.time():
-            self._check_clock()
-            layouts = self.layouts()
             queued = 0
-            with self._cond:
-                order = sorted(self._shards.items(), key=lambda kv: kv[1].progress.drained)
-            for shard, st in order:
-                try:
+            try:
+                self._check_clock()
+                layouts = self.layouts()
+                with self._cond:
+                    order = sorted(self._shards.items(), key=lambda kv: kv[1].progress.drained)
+                for shard, st in order:
                     queued += self._poll_shard(shard, st, layouts)
-                except SchedulerError as exc:
-                    log.warning("reading shard %d failed: %s", shard, exc,
-                                extra={"action": "poll_failed", "shard": shard})
-            self._maybe_checkpoint()
+                self.store_fault.ok()
+            except SchedulerError as exc:
+                self.store_fault.failed(exc)
+                return -1
+            finally:
+                self._maybe_checkpoint()
             return queued
 
     def _buffered(self) -> int:
@@ -292,8 +302,7 @@ class Poller:
         except OwnershipLost as exc:
             self.lose(shard, str(exc))
         except SchedulerError as exc:
-            log.warning("saving checkpoint of shard %d failed: %s", shard, exc,
-                        extra={"action": "checkpoint_failed", "shard": shard})
+            self.store_fault.failed(exc)
 
     def _check_clock(self) -> None:
         if not self.config.check_clock:
@@ -461,10 +470,11 @@ class Poller:
                     self.store.record_retry(o.job, self._retry_job(o.job, o.retry_at_ms), o.error or "",
                                             now)
         except SchedulerError as exc:
-            log.warning("recording %d outcomes failed, will retry: %s", len(batch), exc,
-                        extra={"action": "record_failed"})
+            # Rows stay incomplete, so the checkpoint waits for them; the recorder backs off.
+            self.store_fault.failed(f"recording {len(batch)} outcomes (kept, retried): {exc}")
             self._outcomes.put(batch)
-            return 0
+            return -1
+        self.store_fault.ok()
         with self._cond:
             shards = self._shards
             for o in batch:
@@ -504,8 +514,13 @@ class Poller:
 
     def _recorder(self) -> None:
         linger = self.config.record_linger_s
+        backoff = Backoff(first=0.1, cap=2.0)
         while not self._stopped.is_set():
             n = self.record_outcomes(block_s=0.05)
+            if n < 0:
+                self._stopped.wait(backoff.next())
+                continue
+            backoff.reset()
             # With slow handlers outcomes trickle in one at a time, and writing each on
             # its own costs a round trip and a Cassandra mutation per job (measured: ~10x
             # the CPU per job of a no-op handler). Letting them gather for a few ms turns
@@ -542,12 +557,16 @@ class Poller:
             self._threads.append(t)
 
     def _poll_loop(self) -> None:
+        backoff = Backoff(first=0.25, cap=2.0)
         while not self._stopping.is_set():
             started = self.clock.monotonic()
-            try:
-                self.poll_once()
-            except SchedulerError as exc:
-                log.warning("poll failed: %s", exc, extra={"action": "poll_failed"})
+            if self.poll_once() < 0:
+                # The store failed: try again soon (the driver reconnects within 2 s of
+                # its return), but not at every bucket boundary or thread wake-up.
+                self._wake.wait(backoff.next())
+                self._wake.clear()
+                continue
+            backoff.reset()
             with self._cond:
                 self.metrics.buffered.set(self._buffered())
             if self.behind:
@@ -587,7 +606,7 @@ class Poller:
             pass
         for _ in range(self.config.concurrency):
             self._work.put(None)
-        while self.record_outcomes():
+        while self.record_outcomes() > 0:  # -1: the store failed; the rows stay unrecorded
             pass
         self._stopped.set()
         for t in self._threads:

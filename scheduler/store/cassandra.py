@@ -41,6 +41,7 @@ from .base import (
     Store,
 )
 from .cbind import FastBinder
+from .cpolicy import IdempotentRetryPolicy, reconnection_policy
 from .rows import (
     bucket_key,
     bucket_params,
@@ -161,6 +162,7 @@ class CassandraStore(Store):
             raise ConfigError(f"unknown consistency {self.cfg.consistency!r} in store URL") from None
         profile = ExecutionProfile(
             load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=self.cfg.local_dc)),
+            retry_policy=IdempotentRetryPolicy(),
             consistency_level=cl,
             serial_consistency_level=ConsistencyLevel.LOCAL_SERIAL,
             request_timeout=request_timeout_s,
@@ -169,6 +171,7 @@ class CassandraStore(Store):
         self._cluster = Cluster(
             self.cfg.hosts, port=self.cfg.port, protocol_version=self.cfg.protocol_version,
             execution_profiles={EXEC_PROFILE_DEFAULT: profile}, connect_timeout=connect_timeout_s,
+            reconnection_policy=reconnection_policy(),
         )
         try:
             self.session = self._cluster.connect()
@@ -199,6 +202,9 @@ class CassandraStore(Store):
                         f"({exc.summary if hasattr(exc, 'summary') else exc}); "
                         f"run `scheduler schema apply --store {self.url}`"
                     ) from None
+                # Everything but a lightweight transaction is an upsert or a delete of
+                # fixed values: safe to send twice (see cpolicy).
+                stmt.is_idempotent = " IF " not in text.upper()
                 self._prepared[name] = stmt
         return stmt
 
@@ -344,6 +350,7 @@ class CassandraStore(Store):
                 writes.append((p_bucket, bucket_params(chunk[0])))
             else:
                 batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+                batch.is_idempotent = True
                 for job in chunk:
                     batch.add(p_bucket, bucket_params(job))
                 writes.append((batch, None))
@@ -372,6 +379,7 @@ class CassandraStore(Store):
         from cassandra.query import BatchStatement, BatchType
 
         batch = BatchStatement(batch_type=BatchType.LOGGED)
+        batch.is_idempotent = True  # callers batch upserts and deletes, never an LWT
         for name, params in items:
             batch.add(self.prepared(name), params)
         try:

@@ -53,6 +53,7 @@ class FastBinder:
     def batch(self, rows: Sequence[Sequence[Any]]) -> BatchStatement:
         """An unlogged batch of ``rows`` (each the statement's full parameter list)."""
         batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+        batch.is_idempotent = self.stmt.is_idempotent
         if not rows:
             return batch
         batch.add(self.stmt, rows[0])
