@@ -144,6 +144,10 @@ class Fleet:
             except SchedulerError:
                 return True
             poller.store_fault.ok()
+            # Outcomes of jobs fired while the store was away are written before the
+            # shards can come back to anyone: a new owner then skips them.
+            while poller.record_outcomes() > 0:
+                pass
             coord.join()
             self.stepped_out = False
             self._seen_members = []  # the debounce starts again with us in the list

@@ -24,7 +24,6 @@ the rows that were read and not yet recorded (the in-flight bound).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import queue
 import random
@@ -169,13 +168,20 @@ class Poller:
             self._shards.pop(shard, None)
             self.metrics.owned_shards.set(len(self._shards))
         self.metrics.forget_shard(shard)
+        self._release_in_store(shard, st.epoch)
+        log.info("released shard %d", shard, extra={"action": "shard_released", "shard": shard,
+                                                     "checkpoint": st.saved.drained})
+
+    def _release_in_store(self, shard: int, epoch: int) -> None:
+        """Clear the shard's owner in the store; best effort (the next claim fences anyway)."""
         try:
-            self.store.release_shard(shard, st.epoch, self.clock.now_ms())
+            if not self.store.release_shard(shard, epoch, self.clock.now_ms()):
+                self.metrics.fencing_refusals.inc()
+                log.warning("release of shard %d refused: epoch %d no longer owns it", shard, epoch,
+                            extra={"action": "fencing_refused", "shard": shard, "epoch": epoch})
         except SchedulerError as exc:
             log.warning("could not clear owner of shard %d: %s", shard, exc,
                         extra={"action": "shard_release_failed", "shard": shard})
-        log.info("released shard %d", shard, extra={"action": "shard_released", "shard": shard,
-                                                     "checkpoint": st.saved.drained})
 
     def lose(self, shard: int, reason: str, *, fenced: bool = True) -> None:
         """Ownership moved (``fenced``: a fenced write was refused) or is given up
@@ -618,7 +624,6 @@ class Poller:
                 continue
             self._save_checkpoint(shard, st)
             if shard in self.shards:
-                with contextlib.suppress(SchedulerError):  # best effort: the next claim fences anyway
-                    self.store.release_shard(shard, st.epoch, self.clock.now_ms())
+                self._release_in_store(shard, st.epoch)
         log.info("poller stopped", extra={"action": "poller_stopped", "poller": self.name,
                                           "fired": self.stats.fired})

@@ -211,8 +211,9 @@ class Store(ABC):
         Raises ``OwnershipLost`` when another owner took over (nothing is written)."""
 
     @abstractmethod
-    def release_shard(self, shard: int, epoch: int, now_ms: int) -> None:
-        """Clear the owner if ``epoch`` still owns the shard (best effort, idempotent)."""
+    def release_shard(self, shard: int, epoch: int, now_ms: int) -> bool:
+        """Clear the owner if ``epoch`` still owns the shard (idempotent). False when
+        the fence refused it: another owner holds the shard with a newer epoch."""
 
     @abstractmethod
     def checkpoints(self) -> list[ShardCheckpoint]:

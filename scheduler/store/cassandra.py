@@ -450,8 +450,9 @@ class CassandraStore(Store):
                 f"shard {shard}: checkpoint refused, epoch {epoch} no longer owns it "
                 f"(owner epoch {current.get('owner_epoch')})")
 
-    def release_shard(self, shard: int, epoch: int, now_ms: int) -> None:
-        self._lwt("release_checkpoint", (now_ms, shard, epoch), f"releasing shard {shard}")
+    def release_shard(self, shard: int, epoch: int, now_ms: int) -> bool:
+        applied, current = self._lwt("release_checkpoint", (now_ms, shard, epoch), f"releasing shard {shard}")
+        return applied or current.get("owner_epoch") == epoch
 
     def checkpoints(self) -> list[ShardCheckpoint]:
         return [ShardCheckpoint(int(sh), int(b), None if f is None else (dt_ms(f), j), o, int(e),

@@ -232,9 +232,9 @@ class SqliteStore(Store):
         if row is None or row[4] != epoch:
             raise OwnershipLost(f"shard {shard}: checkpoint refused, epoch {epoch} no longer owns it")
 
-    def release_shard(self, shard: int, epoch: int, now_ms: int) -> None:
+    def release_shard(self, shard: int, epoch: int, now_ms: int) -> bool:
         with self._tx() as db:
-            db.execute(_q("release_checkpoint"), (now_ms, shard, epoch))
+            return db.execute(_q("release_checkpoint"), (now_ms, shard, epoch)).rowcount > 0
 
     def checkpoints(self) -> list[ShardCheckpoint]:
         return [ShardCheckpoint(int(sh), int(b), None if f is None else (int(f), j), o, int(e), u)

@@ -47,9 +47,9 @@ def test_checkpoint_never_moves_backwards(store: Store):
 
 def test_release_clears_the_owner_only_for_its_epoch(store: Store):
     store.claim_shard(1, "p", 5, B0, T0_MS)
-    store.release_shard(1, 4, T0_MS)
+    assert store.release_shard(1, 4, T0_MS) is False  # fenced
     assert {c.shard: c.owner for c in store.checkpoints()}[1] == "p"
-    store.release_shard(1, 5, T0_MS)
+    assert store.release_shard(1, 5, T0_MS) is True
     assert {c.shard: c.owner for c in store.checkpoints()}[1] is None
 
 
