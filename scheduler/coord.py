@@ -220,8 +220,9 @@ class ZooKeeperCoordinator:
             with self._lock:
                 self._locks.clear()
                 self._tokens.clear()
-            log.error("ZooKeeper session lost: every shard lock is gone",
-                      extra={"action": "zk_session_lost"})
+            if not self._stop.is_set():  # closing our own session at stop is no loss
+                log.error("ZooKeeper session lost: every shard lock is gone",
+                          extra={"action": "zk_session_lost"})
         else:
             self._suspended = False
             log.info("ZooKeeper connected", extra={"action": "zk_connected"})

@@ -31,9 +31,17 @@ import time
 from .assign import assign, live_shards
 from .coord import Coordinator
 from .errors import OwnershipLost, SchedulerError
+from .faults import FaultLog
 from .poller import Poller
 
 log = logging.getLogger("scheduler.fleet")
+
+
+# A member back from a store outage waits this long before it takes shards, so that
+# every other poller's driver (reconnecting every second) and recorder (retrying every
+# 0.5 s) have written the outcomes of jobs they fired while the store was away: a new
+# owner then skips those jobs instead of firing them again.
+REJOIN_SETTLE_S = 3.0
 
 
 class Fleet:
@@ -43,6 +51,7 @@ class Fleet:
         self.poller = poller
         self.store_release_s = store_release_s
         self.stepped_out = False
+        self._fault = FaultLog(log, "rebalancing", action="rebalance")
         self.coord = coordinator
         self.tick_s = tick_s
         self.debounce_s = debounce_s
@@ -51,6 +60,7 @@ class Fleet:
         self._live_at = -1e9
         self._seen_members: list[str] = []
         self._members_since = 0.0
+        self._settle_until = 0.0
         self._stop = threading.Event()
         self.ended = threading.Event()
         self._thread: threading.Thread | None = None
@@ -76,8 +86,9 @@ class Fleet:
         while not self._stop.is_set():
             try:
                 self.rebalance()
+                self._fault.ok()
             except SchedulerError as exc:
-                log.warning("rebalance failed: %s", exc, extra={"action": "rebalance_failed"})
+                self._fault.failed(exc)  # once, then a summary every 30 s
             self._stop.wait(self.tick_s)
 
     def _live_shards(self) -> set[int]:
@@ -111,7 +122,8 @@ class Fleet:
                 coord.release(shard)
         members = coord.members()
         if members != self._seen_members:
-            self._seen_members, self._members_since = members, time.monotonic()
+            self._seen_members = members
+            self._members_since = max(time.monotonic(), self._settle_until)
             return
         if self.poller.name not in members or time.monotonic() - self._members_since < self.debounce_s:
             return
@@ -150,7 +162,7 @@ class Fleet:
                 pass
             coord.join()
             self.stepped_out = False
-            self._seen_members = []  # the debounce starts again with us in the list
+            self._settle_until = time.monotonic() + REJOIN_SETTLE_S
             log.warning("the store answers again: rejoined the fleet",
                         extra={"action": "member_rejoined"})
             return False

@@ -197,8 +197,9 @@ class Poller:
         self.metrics.forget_shard(shard)
         if fenced:
             self.metrics.fencing_refusals.inc()
-        log.warning("lost shard %d: %s", shard, reason,
-                    extra={"action": "shard_lost", "shard": shard, "epoch": st.epoch})
+        # Given up (not fenced): the caller logs one line for all of them.
+        log.log(logging.WARNING if fenced else logging.INFO, "lost shard %d: %s", shard, reason,
+                extra={"action": "shard_lost", "shard": shard, "epoch": st.epoch})
 
     # --- the poll loop --------------------------------------------------------------
 
@@ -520,7 +521,9 @@ class Poller:
 
     def _recorder(self) -> None:
         linger = self.config.record_linger_s
-        backoff = Backoff(first=0.1, cap=2.0)
+        # Short: after an outage, outcomes of jobs fired meanwhile must reach the store
+        # before a new owner of their shard re-reads them (see Fleet.REJOIN_SETTLE_S).
+        backoff = Backoff(first=0.1, cap=0.5)
         while not self._stopped.is_set():
             n = self.record_outcomes(block_s=0.05)
             if n < 0:

@@ -128,3 +128,16 @@ def zk_root(zookeeper_available: None) -> Iterator[str]:
     finally:
         zk.stop()
         zk.close()
+
+
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    """Fault tests stop or cut off the servers the other tests share: run them last.
+    Tests of the 3-node cluster run only when asked for (``-m cluster3``), because that
+    cluster cannot run beside the single node (both listen on 127.0.0.1:9042)."""
+    markexpr = config.getoption("-m") or ""
+    if "cluster3" not in markexpr:
+        skip = pytest.mark.skip(reason="needs the 3-node cluster: ops/test runs it with -m cluster3")
+        for item in items:
+            if "cluster3" in item.keywords:
+                item.add_marker(skip)
+    items.sort(key=lambda item: "fault" in item.keywords)

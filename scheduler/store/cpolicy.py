@@ -4,7 +4,7 @@ Measured here (issue 12): with the driver's default reconnection policy (exponen
 1 s doubling to 10 minutes) a poller whose only node was down for 30 s waited 25-110 s
 more after the node was back, because the next reconnection attempt was that far
 away; the session answered "no host" all along. A connection attempt to a down
-loopback or LAN host costs one refused SYN, so we retry every 0.5 s doubling to 2 s.
+loopback or LAN host costs one refused SYN, so we retry every 0.5 s, then every second.
 
 Retries: our statements are idempotent upserts and deletes except the lightweight
 transactions (marked so in ``CassandraStore.prepared``). An idempotent statement whose
@@ -21,7 +21,7 @@ from typing import Any
 from cassandra.policies import ExponentialReconnectionPolicy, RetryPolicy, WriteType
 
 RECONNECT_FIRST_S = 0.5
-RECONNECT_MAX_S = 2.0
+RECONNECT_MAX_S = 1.0
 
 
 def reconnection_policy() -> ExponentialReconnectionPolicy:
