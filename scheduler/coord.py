@@ -198,6 +198,9 @@ class ZooKeeperCoordinator:
         self._heart.start()
 
     def stop(self) -> None:
+        """Release the locks and close the session; never blocks on a lost connection
+        (kazoo queues requests until it reconnects): the ephemeral nodes then go with
+        the session."""
         self._stop.set()
         for shard in list(self._locks):
             self.release(shard)
@@ -229,6 +232,8 @@ class ZooKeeperCoordinator:
 
     def _renew(self) -> bool:
         t0 = time.monotonic()
+        if not self.zk.connected:
+            return False
         try:
             self.zk.exists(f"{self.root}/members/{self.member_id}")
         except Exception:
@@ -243,6 +248,8 @@ class ZooKeeperCoordinator:
 
     def _verify_locks(self) -> None:
         """After a reconnect (or any time): drop locks whose node is gone or not ours."""
+        if not self.zk.connected:
+            return
         for shard, lock in list(self._locks.items()):
             try:
                 stat = self.zk.exists(f"{lock.path}/{lock.node}") if lock.node else None
@@ -256,6 +263,8 @@ class ZooKeeperCoordinator:
     # --- queries ----------------------------------------------------------------------
 
     def members(self) -> list[str]:
+        if not self.zk.connected:  # kazoo would hold the call until it reconnects
+            return []
         try:
             return sorted(self.zk.get_children(f"{self.root}/members"))
         except Exception:
@@ -264,6 +273,8 @@ class ZooKeeperCoordinator:
     def try_acquire(self, shard: int) -> int | None:
         if shard in self._locks:
             return self._tokens[shard]
+        if not self.zk.connected:
+            return None
         lock = self.zk.Lock(f"{self.root}/locks/{shard}", self.member_id)
         try:
             if not lock.acquire(blocking=False):
@@ -283,7 +294,7 @@ class ZooKeeperCoordinator:
         with self._lock:
             lock = self._locks.pop(shard, None)
             self._tokens.pop(shard, None)
-        if lock is not None:
+        if lock is not None and self.zk.connected:
             with contextlib.suppress(Exception):  # session gone: its ephemeral node went with it
                 lock.release()
 
@@ -303,6 +314,8 @@ class ZooKeeperCoordinator:
         reached (the caller retries on its next tick)."""
         from kazoo.exceptions import NoNodeError
 
+        if not self.zk.connected:
+            raise StoreUnavailable("leaving the fleet failed: ZooKeeper is not connected")
         try:
             self.zk.delete(f"{self.root}/members/{self.member_id}")
         except NoNodeError:
@@ -313,6 +326,8 @@ class ZooKeeperCoordinator:
     def join(self) -> None:
         from kazoo.exceptions import NodeExistsError
 
+        if not self.zk.connected:
+            raise StoreUnavailable("joining the fleet failed: ZooKeeper is not connected")
         try:
             self.zk.create(f"{self.root}/members/{self.member_id}", b"", ephemeral=True)
         except NodeExistsError:

@@ -78,7 +78,8 @@ class Fleet:
         released in the store), then release the locks and leave the membership."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=30)
+            # A tick blocked on a store call gives up at the request timeout (10 s).
+            self._thread.join(timeout=12)
         self.poller.stop()
         self.coord.stop()
 
