@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from .clock import Clock, SystemClock
-from .errors import ConfigError, InvalidInput, JobNotFound, ResizeRefused
+from .errors import ConfigError, InvalidInput, JobNotFound, ResizeRefused, StoreUnavailable, WriteTimeout
 from .keys import bucket_of_ms, jitter_ms, shard_of
 from .layout import Layout, Layouts, check_resize, mark_end_for
 from .model import Job, Status, check_due, check_job_id, check_kind, encode_payload
@@ -38,6 +38,8 @@ MAX_JITTER_S = 86_400
 CHUNK = 5_000
 NEAR_CHUNK = 200
 NEAR_WINDOW_MS = 30_000
+# Failed writes whose placement a retry reuses (see Client._unsure): about 100 bytes each.
+UNSURE_MAX = 100_000
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,11 @@ class Client:
         self._layouts: Layouts | None = None
         self._layouts_at = 0.0
         self._marks: dict[int, int] = {}
+        # Placements of writes that failed and may have been applied (WriteTimeout,
+        # StoreUnavailable), by job id: a retry of the same call writes the same rows
+        # again instead of placing a near-term job anew, which would leave the first
+        # attempt's bucket row behind to fire a second time. Oldest dropped first.
+        self._unsure: dict[str, Job] = {}
 
     @property
     def meta(self) -> StoreMeta:
@@ -212,8 +219,15 @@ class Client:
         # Place near-term jobs again with a fresh clock: a long load must not write a job
         # whose fire time has come within the late margin since validation.
         now = self.clock.now_ms()
-        jobs = [self._replace_if_near(j, now) for j in jobs]
         existing = self.store.get_many([j.job_id for j in jobs])
+        with self._lock:
+            unsure = {j.job_id: u for j in jobs
+                      if j.job_id not in existing and (u := self._unsure.get(j.job_id)) is not None
+                      and u.due_ms == j.due_ms and u.kind == j.kind and u.data == j.data}
+        # A job whose earlier write may have landed keeps that placement (its rows are
+        # written again, an idempotent upsert); _repair_slow_writes then moves it if it
+        # is no longer safe there, deleting the earlier row in the same batch.
+        jobs = [unsure.get(j.job_id) or self._replace_if_near(j, now) for j in jobs]
         fresh = [j for j in jobs if j.job_id not in existing]
         moved: list[tuple[Job, Job]] = []
         result: list[Job] = []
@@ -231,10 +245,22 @@ class Client:
                 moved.append((old, new))
                 result.append(new)
         self._ensure_marks([*fresh, *(n for _, n in moved)])
-        if fresh:
-            self.store.insert_many(fresh, progress)
-        for old, new in moved:
-            self.store.move(old, new)
+        try:
+            if fresh:
+                self.store.insert_many(fresh, progress)
+            for old, new in moved:
+                self.store.move(old, new)
+        except (WriteTimeout, StoreUnavailable):
+            with self._lock:
+                for job in [*fresh, *(n for _, n in moved)]:
+                    self._unsure[job.job_id] = job
+                while len(self._unsure) > UNSURE_MAX:
+                    del self._unsure[next(iter(self._unsure))]
+            raise
+        if unsure:
+            with self._lock:
+                for job_id in unsure:
+                    self._unsure.pop(job_id, None)
         if progress and len(jobs) > len(fresh):
             progress(len(jobs) - len(fresh))
         return self._repair_slow_writes(result, {j.job_id for j in fresh} | {n.job_id for _, n in moved})

@@ -212,3 +212,52 @@ def test_layout_cache_is_bounded_by_its_ttl(store, clock):
     # ...and once the TTL has passed it must reload before writing.
     fresh = producer.schedule("x2", T0 + timedelta(minutes=10), "email")
     assert fresh.shard == shard_of("x2", 2)
+
+
+
+class LostAcknowledgement:
+    """A store whose first insert_many lands only its bucket rows (phase one of a
+    Cassandra bulk write) and then times out: the job is in a bucket, yet ``get``
+    does not see it."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.hidden: set[str] = set()
+        self.failed = False
+
+    def __getattr__(self, name: str):
+        return getattr(self._store, name)
+
+    def insert_many(self, jobs, progress=None):
+        from scheduler.errors import WriteTimeout
+
+        self._store.insert_many(jobs, progress)
+        if not self.failed:
+            self.failed = True
+            self.hidden |= {j.job_id for j in jobs}
+            raise WriteTimeout("writing jobs timed out and may have been applied", maybe_applied=True)
+        self.hidden -= {j.job_id for j in jobs}
+
+    def get_many(self, job_ids):
+        return {k: v for k, v in self._store.get_many(job_ids).items() if k not in self.hidden}
+
+
+def test_a_retried_write_of_a_near_job_leaves_one_bucket_row(store, clock):
+    """A near-term job is placed at now + late margin. When its first write times out
+    after its bucket row landed, a retry of the same call a moment later must not leave
+    that row behind beside a new one: the job would fire twice."""
+    from scheduler.errors import WriteTimeout
+
+    client = Client(store, clock=clock)
+    client.store = LostAcknowledgement(store)  # type: ignore[assignment]
+    with pytest.raises(WriteTimeout):
+        client.schedule("near", T0, "k")
+    first = store.get("near")
+    assert first is not None
+    clock.advance(1.0)  # the caller retries a second later
+    job = client.schedule("near", T0, "k")
+    rows = [(b, s) for b in {first.bucket, job.bucket} for s in {first.shard, job.shard}
+            for r in store.read_bucket(b, s, None, 2**62, 1000) if r.job_id == "near"]
+    assert len(rows) == 1, "one bucket row: the job fires once"
+    assert store.get("near").fire_ms == job.fire_ms
+    client.close()
