@@ -203,10 +203,34 @@ def load(file: Annotated[Path, typer.Argument(help="JSON lines, one job per line
         try:
             with Progress(disable=as_json or not sys.stderr.isatty(), transient=False) as bar:
                 task = bar.add_task("scheduling", total=len(records))
-                jobs = client.schedule_many(records, progress=lambda n: bar.advance(task, n))
+                jobs = _load_with_retries(client, records, lambda n: bar.advance(task, n))
         finally:
             client.close()
     emit({"loaded": len(jobs)}, as_json, lambda: typer.echo(f"scheduled {len(jobs)} jobs"))
+
+
+LOAD_RETRIES = 5
+
+
+def _load_with_retries(client: Any, records: list[Any], progress: Callable[[int], None]) -> list[Any]:
+    """``schedule_many``, retried on a timeout or an unreachable store (a node restarting):
+    the same call again is safe, and the client reuses the placements of writes that may
+    have landed. One line per retry; the last error propagates."""
+    import time
+
+    from .errors import StoreUnavailable, WriteTimeout
+
+    for attempt in range(1, LOAD_RETRIES + 1):
+        try:
+            return list(client.schedule_many(records, progress=progress))
+        except (WriteTimeout, StoreUnavailable) as exc:
+            if attempt == LOAD_RETRIES:
+                raise
+            delay = 2 ** (attempt - 1)
+            typer.echo(f"load: {exc}; retrying the same load in {delay} s "
+                       f"({attempt}/{LOAD_RETRIES - 1})", err=True)
+            time.sleep(delay)
+    raise AssertionError("unreachable")
 
 
 def _open_lines(path: Path) -> list[str]:

@@ -9,7 +9,7 @@ loopback or LAN host costs one refused SYN, so we retry every 0.5 s, then every 
 Retries: our statements are idempotent upserts and deletes except the lightweight
 transactions (marked so in ``CassandraStore.prepared``). An idempotent statement whose
 coordinator timed out, was unavailable, or whose connection broke (a node killed with
--9) is retried once on the next host, so a producer does not see an error while a
+-9) is retried on the next host (once, twice for a write), so a producer does not see an error while a
 quorum of replicas is up. A lightweight transaction is never retried blindly: its
 outcome is unknown, and callers re-read it at SERIAL.
 """
@@ -45,7 +45,10 @@ class IdempotentRetryPolicy(RetryPolicy):  # type: ignore[misc]
     def on_write_timeout(self, query: Any, consistency: Any, write_type: Any,
                          required_responses: int, received_responses: int,
                          retry_num: int) -> tuple[int, Any]:
-        if retry_num == 0 and write_type in _RETRIED_WRITES and getattr(query, "is_idempotent", False):
+        # Twice: until the failure detector convicts a killed node (several seconds), a
+        # coordinator may pick it again for the batch log (measured: a logged batch
+        # timed out on two coordinators in a row right after a kill -9).
+        if retry_num < 2 and write_type in _RETRIED_WRITES and getattr(query, "is_idempotent", False):
             return self.RETRY_NEXT_HOST, None
         return self.RETHROW, None
 
