@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from .clock import Clock, SystemClock
 from .errors import ConfigError, InvalidInput, JobNotFound, ResizeRefused, StoreUnavailable, WriteTimeout
@@ -38,6 +39,9 @@ MAX_JITTER_S = 86_400
 CHUNK = 5_000
 NEAR_CHUNK = 200
 NEAR_WINDOW_MS = 30_000
+# How long a call rides out store errors before raising them (Client._retrying).
+RETRY_S = 10.0
+T = TypeVar("T")
 # Failed writes whose placement a retry reuses (see Client._unsure): about 100 bytes each.
 UNSURE_MAX = 100_000
 
@@ -64,7 +68,7 @@ class Client:
     def __init__(self, store: Store | str | None = None, *, clock: Clock | None = None,
                  settings: Settings | None = None, max_payload_bytes: int | None = None,
                  bucket_width_s: int | None = None,
-                 layout_cache_ttl_s: float | None = None) -> None:
+                 layout_cache_ttl_s: float | None = None, retry_s: float = RETRY_S) -> None:
         self.settings = settings or Settings.from_env()
         if isinstance(store, Store):
             self.store, self._owns_store = store, False
@@ -91,6 +95,7 @@ class Client:
         # again instead of placing a near-term job anew, which would leave the first
         # attempt's bucket row behind to fire a second time. Oldest dropped first.
         self._unsure: dict[str, Job] = {}
+        self.retry_s = retry_s
 
     @property
     def meta(self) -> StoreMeta:
@@ -210,7 +215,9 @@ class Client:
         while start < len(order):
             size = NEAR_CHUNK if jobs[order[start]].fire_ms < near_until else CHUNK
             idx = order[start:start + size]
-            for i, job in zip(idx, self._write_chunk([jobs[i] for i in idx], progress), strict=True):
+            chunk = [jobs[i] for i in idx]
+            written = self._retrying(lambda c=chunk: self._write_chunk(c, progress))  # type: ignore[misc]
+            for i, job in zip(idx, written, strict=True):
                 out[i] = job
             start += size
         return [j for j in out if j is not None]
@@ -312,7 +319,7 @@ class Client:
             return old
         new = new.evolve(attempts=old.attempts, fired_ms=old.fired_ms, last_error=old.last_error)
         self._ensure_marks([new])
-        self.store.move(old, new)
+        self._retrying(lambda: self.store.move(old, new))
         return new
 
     def cancel(self, job_id: str) -> bool:
@@ -322,10 +329,10 @@ class Client:
         window, 2 s by default) may still fire once.
         """
         check_job_id(job_id)
-        job = self.store.get(job_id)
+        job = self._retrying(lambda: self.store.get(job_id))
         if job is None or job.status is not Status.PENDING:
             return False
-        self.store.cancel(job)
+        self._retrying(lambda: self.store.cancel(job))
         return True
 
     def dead_letters(self) -> list[DeadLetter]:
@@ -355,10 +362,31 @@ class Client:
     def get(self, job_id: str) -> Job:
         """The stored job with its status and history; raises ``JobNotFound``."""
         check_job_id(job_id)
-        job = self.store.get(job_id)
+        job = self._retrying(lambda: self.store.get(job_id))
         if job is None:
             raise JobNotFound(f"no job with id {job_id!r}")
         return job
+
+    def _retrying(self, call: Callable[[], T]) -> T:
+        """``call()``, repeated on ``WriteTimeout`` or ``StoreUnavailable`` for up to
+        ``retry_s`` seconds (0.1 s apart, doubling to 1 s); then the last error is raised.
+
+        Every call passed here is idempotent. It rides out the seconds after a Cassandra
+        node dies, before the failure detector convicts it, when coordinators still pick
+        it (measured: a logged batch timed out on both live coordinators in a row), and a
+        restarted node that has not caught up on the schema yet. A store that is really
+        down still raises, ``retry_s`` later.
+        """
+        deadline = time.monotonic() + self.retry_s
+        delay = 0.1
+        while True:
+            try:
+                return call()
+            except (WriteTimeout, StoreUnavailable):
+                if time.monotonic() + delay > deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(1.0, delay * 2)
 
     def close(self) -> None:
         if self._owns_store:

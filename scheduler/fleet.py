@@ -163,6 +163,7 @@ class Fleet:
                 pass
             coord.join()
             self.stepped_out = False
+            poller.metrics.stepped_out.set(0)
             self._settle_until = time.monotonic() + REJOIN_SETTLE_S
             log.warning("the store answers again: rejoined the fleet",
                         extra={"action": "member_rejoined"})
@@ -176,6 +177,7 @@ class Fleet:
             coord.release(shard)
         coord.leave()
         self.stepped_out = True
+        poller.metrics.stepped_out.set(1)
         log.error("the store has failed for %.0f s: released %d shards and left the fleet "
                   "until it answers", failing, len(shards),
                   extra={"action": "member_stepped_out", "shards": len(shards)})

@@ -67,6 +67,12 @@ class PollerMetrics:
         self.throttled = Counter("scheduler_release_throttled",
                                  "Due jobs held back by the release-rate bound", registry=r)
         self.buffered = Gauge("scheduler_buffered_jobs", "Jobs read and not yet complete", registry=r)
+        self.store_failing = Gauge("scheduler_store_failing_seconds",
+                                   "Seconds since the store's calls started failing (0: healthy)",
+                                   registry=r)
+        self.stepped_out = Gauge("scheduler_fleet_stepped_out",
+                                 "1 while this poller has left the fleet because the store fails",
+                                 registry=r)
 
     def forget_shard(self, shard: int) -> None:
         """Drop a shard's series once it is no longer ours: a stale lag would lie."""

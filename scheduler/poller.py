@@ -88,6 +88,7 @@ class Poller:
         # Every store call of every thread reports here: an outage is logged once, then
         # summarised every 30 s, and a fleet releases our shards when it lasts too long.
         self.store_fault = FaultLog(log, "the store", action="store")
+        self.metrics.store_failing.set_function(self.store_fault.failing_for)
         self.behind = False
         self._cond = threading.Condition()
         self._shards: dict[int, _Shard] = {}

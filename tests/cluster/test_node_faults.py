@@ -82,7 +82,7 @@ def test_a_bulk_load_across_a_kill_neither_loses_nor_duplicates(cluster, cluster
     from collections import Counter
     from datetime import UTC, datetime, timedelta
 
-    from scheduler import JobSpec
+    from scheduler import Job, JobSpec
     from scheduler.errors import SchedulerError
 
     url = f"cassandra://{cluster}/{cluster_keyspace}"
@@ -120,12 +120,26 @@ def test_a_bulk_load_across_a_kill_neither_loses_nor_duplicates(cluster, cluster
         loaded_s = (now_ms() - t0) / 1000
         cluster_ops("start")
         wait_all_up()
-        stored = store.get_many([s.job_id for s in specs])
-        buckets = {j.bucket for j in stored.values()}
-        rows: Counter[str] = Counter()
-        for bucket in range(min(buckets), max(buckets) + 10, 10):
-            for shard in range(8):
-                rows.update(r.job_id for r in store.read_bucket(bucket, shard, None, 2**62, 100_000))
+
+        def read_back() -> tuple[dict[str, Job], Counter[str]]:
+            stored = store.get_many([s.job_id for s in specs])
+            buckets = {j.bucket for j in stored.values()}
+            rows: Counter[str] = Counter()
+            for bucket in range(min(buckets), max(buckets) + 10, 10):
+                for shard in range(8):
+                    rows.update(r.job_id for r in store.read_bucket(bucket, shard, None, 2**62, 100_000))
+            return stored, rows
+
+        # A node killed within the commit log's sync period (10 s) may come back without
+        # the keyspace's newest schema and fail reads until it pulls it from the others.
+        for attempt in range(30):
+            try:
+                stored, rows = read_back()
+                break
+            except SchedulerError:
+                if attempt == 29:
+                    raise
+                time.sleep(2)
     finally:
         cluster_ops("start")
         client.close()

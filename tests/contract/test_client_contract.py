@@ -248,7 +248,7 @@ def test_a_retried_write_of_a_near_job_leaves_one_bucket_row(store, clock):
     that row behind beside a new one: the job would fire twice."""
     from scheduler.errors import WriteTimeout
 
-    client = Client(store, clock=clock)
+    client = Client(store, clock=clock, retry_s=0)  # the caller retries, not the client
     client.store = LostAcknowledgement(store)  # type: ignore[assignment]
     with pytest.raises(WriteTimeout):
         client.schedule("near", T0, "k")
@@ -260,4 +260,14 @@ def test_a_retried_write_of_a_near_job_leaves_one_bucket_row(store, clock):
             for r in store.read_bucket(b, s, None, 2**62, 1000) if r.job_id == "near"]
     assert len(rows) == 1, "one bucket row: the job fires once"
     assert store.get("near").fire_ms == job.fire_ms
+    client.close()
+
+
+def test_the_client_rides_out_a_lost_acknowledgement_itself(store, clock):
+    client = Client(store, clock=clock, retry_s=5)
+    flaky = LostAcknowledgement(store)
+    client.store = flaky  # type: ignore[assignment]
+    job = client.schedule("near", T0, "k")
+    assert flaky.failed and store.get("near").fire_ms == job.fire_ms
+    assert [r.job_id for r in store.read_bucket(job.bucket, job.shard, None, 2**62, 1000)] == ["near"]
     client.close()

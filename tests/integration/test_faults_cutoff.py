@@ -28,7 +28,9 @@ def fleet_setup(keyspace: str) -> tuple[str, Client]:
     url = cassandra_url(keyspace)
     store = open_store(url)
     store.apply_schema(SchemaOptions(shard_count=8, bucket_width_s=10), SystemClock().now_ms())
-    return url, Client(store)
+    client = Client(store)
+    client._owns_store = True  # close() closes the store (its driver threads) too
+    return url, client
 
 
 def owners(zk: str) -> tuple[list[str], dict[int, str]]:
