@@ -273,9 +273,10 @@ class CassandraStore(Store):
         return raw
 
     def _read_layouts(self) -> list[Layout]:
-        marks = {int(f): int(m) for f, m in self.run("select_marks")}
-        return [Layout(int(f), int(n), dt_ms(c), marks.get(int(f), 0))
-                for f, n, c in self.run("select_layouts")]
+        rows = self.run("select_layouts")
+        froms = [int(f) for f, _, _ in rows]
+        marks = {int(f): int(m) for f, m in self.run("select_marks", (froms,))} if froms else {}
+        return [Layout(int(f), int(n), dt_ms(c), marks.get(int(f), 0)) for f, n, c in rows]
 
     def insert_layout(self, layout: Layout) -> bool:
         rows = self.run("insert_layout", (layout.from_bucket, layout.shard_count, layout.created_ms),
