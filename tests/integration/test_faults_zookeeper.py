@@ -58,6 +58,9 @@ def test_every_zookeeper_server_down_30s(layout, cassandra_keyspace, zookeeper_a
         time.sleep(2)
         stop_at = now_ms()
         zk_ops(args, "stop")
+        # The ensemble stops one server after the other and serves until the second
+        # goes: the quorum is surely lost once the command returns.
+        down_at = now_ms()
         down = True
         end = time.monotonic() + OUTAGE_S
         while time.monotonic() < end:
@@ -81,7 +84,7 @@ def test_every_zookeeper_server_down_30s(layout, cassandra_keyspace, zookeeper_a
         if layout == "ensemble":
             subprocess.run([str(OPS), *args, "stop"], capture_output=True, timeout=60)
 
-    lease_end = stop_at + SESSION_S / 2 * 1000 + 500
+    lease_end = down_at + SESSION_S / 2 * 1000 + 500
     during = [r for r in records if lease_end < r.fired_ms < start_at]
     report = measure(f"zookeeper {layout} down 30 s", records, due,
                      window=(stop_at - 3000, max(due.values()) - 2000), recovered_at_ms=back_at)
