@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any, TypeVar, cast
 
 from .clock import Clock, SystemClock
@@ -216,7 +217,7 @@ class Client:
             size = NEAR_CHUNK if jobs[order[start]].fire_ms < near_until else CHUNK
             idx = order[start:start + size]
             chunk = [jobs[i] for i in idx]
-            written = self._retrying(lambda c=chunk: self._write_chunk(c, progress))  # type: ignore[misc]
+            written = self._retrying(partial(self._write_chunk, chunk, progress))
             for i, job in zip(idx, written, strict=True):
                 out[i] = job
             start += size

@@ -162,6 +162,11 @@ def wait_fired(out: Path, due: dict[str, int], timeout: float, tick: float = 0.5
         time.sleep(tick)
 
 
+def duplicate_ids(records: list[Record]) -> set[str]:
+    """Jobs fired more than once."""
+    return {j for j, c in Counter(r.job_id for r in records).items() if c > 1}
+
+
 @dataclass
 class Report:
     fault: str

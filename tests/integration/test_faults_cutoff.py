@@ -15,7 +15,7 @@ from scheduler.clock import SystemClock
 from scheduler.coord import read_fleet
 from scheduler.store import SchemaOptions, open_store
 from tests.conftest import CASSANDRA_HOSTS, CASSANDRA_PORT, ZOOKEEPER_HOSTS, cassandra_url
-from tests.faultload import Pollers, Producer, measure, now_ms, preload, wait_fired
+from tests.faultload import Pollers, Producer, duplicate_ids, measure, now_ms, preload, wait_fired
 from tests.faultproxy import FaultProxy
 from tests.handlers import read_records
 from tests.procs import wait_until
@@ -28,9 +28,8 @@ def fleet_setup(keyspace: str) -> tuple[str, Client]:
     url = cassandra_url(keyspace)
     store = open_store(url)
     store.apply_schema(SchemaOptions(shard_count=8, bucket_width_s=10), SystemClock().now_ms())
-    client = Client(store)
-    client._owns_store = True  # close() closes the store (its driver threads) too
-    return url, client
+    store.close()
+    return url, Client(url)  # owns its store: close() ends the driver's threads too
 
 
 def owners(zk: str) -> tuple[list[str], dict[int, str]]:
@@ -86,10 +85,7 @@ def test_poller_cut_off_from_cassandra_releases_its_shards_and_rejoins(cassandra
     report.recovery_s = round((taken_at - cut_at) / 1000, 2)
     fired_in_cut = {r.job_id for r in records
                     if r.pid == cut_off.pid and cut_at <= r.fired_ms <= restored_at}
-    counts: dict[str, int] = {}
-    for r in records:
-        counts[r.job_id] = counts.get(r.job_id, 0) + 1
-    dups = {j for j, c in counts.items() if c > 1}
+    dups = duplicate_ids(records)
     report.notes = {"left_after_s": round((left_at - cut_at) / 1000, 1),
                     "shards_taken_after_s": report.recovery_s,
                     "rejoined_after_restore_s": round((rejoined_at - restored_at) / 1000, 1),
@@ -144,10 +140,7 @@ def test_poller_cut_off_from_zookeeper_stops_firing_and_is_fenced(cassandra_keys
     window = (cut_at - 3000, max(due.values()) - 2000)
     report = measure("poller cut off from zookeeper", records, due, window=window)
     report.recovery_s = round((taken_at - cut_at) / 1000, 2)
-    counts: dict[str, int] = {}
-    for r in records:
-        counts[r.job_id] = counts.get(r.job_id, 0) + 1
-    dups = {j for j, c in counts.items() if c > 1}
+    dups = duplicate_ids(records)
     fired_late_by_cut_off = {r.job_id for r in records
                              if r.pid == cut_off.pid and r.fired_ms >= cut_at - 1000}
     lines = pollers.log_lines()
