@@ -12,12 +12,20 @@ routes by kind (``--app module:app``)::
 
 An exception retries the job with exponential backoff and jitter, up to the kind's
 ``max_attempts``; then the job is dead-lettered with its last error. A kind with no
-handler is dead-lettered at once.
+handler is dead-lettered at once, and so is a *poison row*: one whose kind breaks the key
+contract (another language's producer wrote it) or whose JSON payload does not decode.
+
+A handler running past its timeout (``timeout_s`` per kind, else the poller's
+``handler_timeout_s``) counts as a failed attempt with the error "timed out after N s".
+A coroutine function is an async handler: it runs on the poller's event loop, and its
+timeout cancels it. An App's handlers are either all plain functions or all coroutines.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
+import json
 import logging
 import random
 from collections.abc import Callable
@@ -25,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from .errors import ConfigError
-from .model import Job
+from .model import KIND_RE, Job
 
 Handler = Callable[[Job], Any]
 
@@ -51,6 +59,20 @@ class RetryPolicy:
 class Route:
     handler: Handler
     policy: RetryPolicy
+    timeout_s: float | None = None  # None: the poller's ``handler_timeout_s``
+    is_async: bool = False
+
+
+def is_coroutine_handler(fn: Any) -> bool:
+    """Whether calling ``fn`` returns a coroutine (an ``async def`` function, or an object
+    whose ``__call__`` is one)."""
+    call = None if inspect.isroutine(fn) else type(fn).__dict__.get("__call__")
+    return inspect.iscoroutinefunction(fn) or (call is not None and inspect.iscoroutinefunction(call))
+
+
+# Kinds seen by ``App.resolve``, at most; beyond, the cache starts over (only poison rows
+# with ever-new kinds could get there).
+_RESOLVED_MAX = 10_000
 
 
 class App:
@@ -60,17 +82,22 @@ class App:
         self.default_policy = default_policy or RetryPolicy()
         self.routes: dict[str, Route] = {}
         self.fallback: Route | None = None
+        self._resolved: dict[str, Route | str] = {}
 
     def handler(self, kind: str, *, max_attempts: int | None = None,
-                backoff_base_s: float | None = None,
-                backoff_cap_s: float | None = None) -> Callable[[Handler], Handler]:
-        """Register the decorated function for ``kind``."""
+                backoff_base_s: float | None = None, backoff_cap_s: float | None = None,
+                timeout_s: float | None = None) -> Callable[[Handler], Handler]:
+        """Register the decorated function (or coroutine function) for ``kind``.
+        ``timeout_s``: how long one call may run before it counts as failed."""
         base = self.default_policy
         policy = RetryPolicy(max_attempts or base.max_attempts, backoff_base_s or base.base_s,
                              backoff_cap_s or base.cap_s)
+        if timeout_s is not None and timeout_s <= 0:
+            raise ConfigError(f"timeout_s={timeout_s} for kind {kind!r} must be > 0")
 
         def register(fn: Handler) -> Handler:
-            self.routes[kind] = Route(fn, policy)
+            self.routes[kind] = Route(fn, policy, timeout_s, is_coroutine_handler(fn))
+            self._resolved.clear()
             return fn
 
         return register
@@ -78,11 +105,38 @@ class App:
     def route(self, kind: str) -> Route | None:
         return self.routes.get(kind, self.fallback)
 
+    def resolve(self, kind: str) -> Route | str:
+        """The route for ``kind``, or why a job of that kind cannot run (no handler, or a
+        kind that breaks the key contract: a poison row). One dict look-up per job."""
+        found = self._resolved.get(kind)
+        if found is None:
+            if not KIND_RE.match(kind):
+                found = (f"poison row: kind {kind[:80]!r}{'...' if len(kind) > 80 else ''} "
+                         "breaks the key contract (1-64 letters, digits, '_', '.', ':' or '-')")
+            else:
+                found = self.route(kind) or f"no handler for kind {kind!r}"
+            if len(self._resolved) >= _RESOLVED_MAX:
+                self._resolved.clear()
+            self._resolved[kind] = found
+        return found
+
+    def is_async(self) -> bool:
+        """Whether the handlers are coroutines. Raises ``ConfigError`` for an App that
+        mixes both (one poller runs either worker threads or an event loop)."""
+        kinds = [r.is_async for r in (*self.routes.values(), *([self.fallback] if self.fallback else []))]
+        if any(kinds) and not all(kinds):
+            plain = sorted(k for k, r in self.routes.items() if not r.is_async)
+            raise ConfigError(f"the app mixes coroutine and plain handlers ({', '.join(plain) or 'fallback'} "
+                              "plain): make them all async (blocking code can run in "
+                              "asyncio.to_thread) or all plain")
+        return bool(kinds) and all(kinds)
+
     @classmethod
-    def for_function(cls, fn: Handler, policy: RetryPolicy | None = None) -> App:
+    def for_function(cls, fn: Handler, policy: RetryPolicy | None = None,
+                     timeout_s: float | None = None) -> App:
         """An App sending every kind to ``fn``."""
         app = cls(policy)
-        app.fallback = Route(fn, app.default_policy)
+        app.fallback = Route(fn, app.default_policy, timeout_s, is_coroutine_handler(fn))
         return app
 
 
@@ -138,19 +192,51 @@ class Outcome(NamedTuple):
     started_ms: int = 0  # when the handler was called, by the poller's clock
 
 
+def failed(route: Route, job: Job, error: str, started_ms: int, now_ms: int,
+           rand: Callable[[], float]) -> Outcome:
+    """A failed attempt: retried after the kind's backoff, or dead after its last attempt."""
+    error = error[:2000]
+    attempt = job.attempt
+    if attempt >= route.policy.max_attempts:
+        return Outcome(job, False, error, None, True, started_ms)
+    return Outcome(job, False, error, now_ms + route.policy.delay_ms(attempt, rand()), False, started_ms)
+
+
+def error_of(job: Job, exc: BaseException) -> tuple[str, bool]:
+    """The error text of a handler's exception, and whether the row is poison (its JSON
+    payload does not decode: retrying cannot help). Checked only on failure, so the
+    payload is never decoded twice on the way to a handler that succeeds."""
+    if job.data_json and isinstance(exc, ValueError):
+        try:
+            json.loads(job.data)
+        except ValueError as bad:
+            return f"poison row: the payload is not valid JSON ({bad})", True
+    return f"{type(exc).__name__}: {exc}", False
+
+
 def run_handler(app: App, job: Job, now_ms: Callable[[], int],
                 rand: Callable[[], float] = random.random) -> Outcome:
     """Call the job's handler and decide: done, retry (with its new fire time) or dead."""
+    return run_route(app.resolve(job.kind), job, now_ms, rand)
+
+
+def run_route(route: Route | str, job: Job, now_ms: Callable[[], int],
+              rand: Callable[[], float] = random.random) -> Outcome:
+    """``run_handler`` with the route already resolved (a str: why the job cannot run)."""
     started = now_ms()
-    route = app.route(job.kind)
-    if route is None:
-        return Outcome(job, False, f"no handler for kind {job.kind!r}", None, True, started)
+    if isinstance(route, str):
+        return Outcome(job, False, route, None, True, started)
     try:
         route.handler(job)
     except Exception as exc:  # a handler's failure is data, not a crash of the poller
-        error = f"{type(exc).__name__}: {exc}"[:2000]
-        attempt = job.attempt
-        if attempt >= route.policy.max_attempts:
-            return Outcome(job, False, error, None, True, started)
-        return Outcome(job, False, error, now_ms() + route.policy.delay_ms(attempt, rand()), False, started)
+        return failure(route, job, exc, started, now_ms(), rand)
     return Outcome(job, True, None, None, False, started)
+
+
+def failure(route: Route, job: Job, exc: BaseException, started_ms: int, now_ms: int,
+            rand: Callable[[], float]) -> Outcome:
+    """The outcome of a handler that raised ``exc``."""
+    error, poison = error_of(job, exc)
+    if poison:
+        return Outcome(job, False, error, None, True, started_ms)
+    return failed(route, job, error, started_ms, now_ms, rand)

@@ -85,6 +85,29 @@ class FaultLog:
         return self._since is not None
 
 
+class Summarised:
+    """Events that may come once per job (a handler timing out): the first is logged,
+    later ones are counted and summarised in one line at most every ``every_s``."""
+
+    def __init__(self, logger: logging.Logger, action: str, every_s: float = SUMMARY_S,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.log, self.action, self.every_s, self.mono = logger, action, every_s, monotonic
+        self._lock = threading.Lock()
+        self._count = 0
+        self._last_at: float | None = None
+
+    def event(self, message: str) -> None:
+        with self._lock:
+            now = self.mono()
+            if self._last_at is not None and now - self._last_at < self.every_s:
+                self._count += 1
+                return
+            count, self._count, self._last_at = self._count, 0, now
+        if count:
+            message = f"{message} ({count} more like it in the last {self.every_s:.0f} s)"
+        self.log.warning(message, extra={"action": self.action, "count": count + 1})
+
+
 class Backoff:
     """Exponential delays between retries: ``first``, doubling, capped at ``cap``.
 

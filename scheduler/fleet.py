@@ -32,7 +32,7 @@ from .assign import assign, live_shards
 from .coord import Coordinator
 from .errors import OwnershipLost, SchedulerError
 from .faults import FaultLog
-from .poller import Poller
+from .poller import Poller, ShardState
 
 log = logging.getLogger("scheduler.fleet")
 
@@ -70,8 +70,7 @@ class Fleet:
         self.coord.start(self.poller.name)
         self.poller.lease = self.coord.lease_valid
         self.poller.start()
-        self._thread = threading.Thread(target=self._loop, name=f"{self.poller.name}-fleet", daemon=True)
-        self._thread.start()
+        self._thread = self.poller.core.start_thread("fleet", self._loop)
 
     def stop(self) -> None:
         """Planned leave: stop rebalancing, stop the poller (checkpoints saved, shards
@@ -119,7 +118,7 @@ class Fleet:
         for shard in poller.shards - held:
             poller.lose(shard, "its ZooKeeper lock is gone")
         for shard in held - poller.shards:
-            if shard in poller.stats.lost_shards:
+            if poller.state(shard) is ShardState.LOST:
                 coord.release(shard)
         members = coord.members()
         if members != self._seen_members:

@@ -70,6 +70,12 @@ class PollerMetrics:
         self.store_failing = Gauge("scheduler_store_failing_seconds",
                                    "Seconds since the store's calls started failing (0: healthy)",
                                    registry=r)
+        self.handler_timeouts = Counter("scheduler_handler_timeouts",
+                                        "Handler calls that ran past their timeout", ["kind"],
+                                        registry=r)
+        self.abandoned_threads = Gauge("scheduler_abandoned_threads",
+                                       "Worker threads of timed-out handlers not returned yet",
+                                       registry=r)
         self.stepped_out = Gauge("scheduler_fleet_stepped_out",
                                  "1 while this poller has left the fleet because the store fails",
                                  registry=r)

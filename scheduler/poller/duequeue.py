@@ -1,5 +1,5 @@
-"""The in-memory release queue: prefetched jobs wait here until due, then leave oldest
-first within the release-rate bounds. Pure: no threads, no I/O, clocks passed in.
+"""The due queue: prefetched jobs wait here until due, then leave oldest first, to be
+dispatched to handlers, within the release-rate bounds. Pure: no threads, no I/O, clocks passed in.
 
 A job leaves only when ``now_ms >= job.fire_ms`` by the poller's wall clock, so it never
 fires early by that clock. A shard over its own rate parks its due jobs in a per-shard
@@ -12,11 +12,11 @@ import heapq
 from collections import deque
 from collections.abc import Callable
 
-from .model import Job
-from .ratelimit import TokenBucket
+from ..model import Job
+from ..ratelimit import TokenBucket
 
 
-class ReleaseQueue:
+class DueQueue:
     def __init__(self, poller_rate: float | None = None, shard_rate: float | None = None,
                  monotonic: Callable[[], float] | None = None) -> None:
         # (fire_ms, job_id, job): job ids break ties, and a poller never holds one
@@ -75,7 +75,7 @@ class ReleaseQueue:
         return out
 
     def next_wake_s(self, now_ms: int) -> float:
-        """How long the releasing thread may sleep before something could be ready."""
+        """How long the dispatch thread may sleep before something could be ready."""
         waits = []
         if self._parked:
             waits.append(min(self._shard_bucket(s).wait_s() for s in self._parked))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .store import StoreMeta
+from ..store import StoreMeta
 
 __all__ = ["PollerConfig", "PollerStats", "max_prefetch_ms"]
 
@@ -17,6 +17,7 @@ class PollerConfig:
     # rows after the cursor.
     prefetch_s: float | None = None
     read_limit: int = 1000
+    # Handlers running at once: worker threads, or coroutines for an async app.
     concurrency: int = 16
     queue_ahead: int = 256  # due jobs waiting for a free worker, beyond the running ones
     max_rate: float | None = None  # jobs/s released by this poller
@@ -30,6 +31,13 @@ class PollerConfig:
     clock_check_interval_s: float = 30.0
     check_clock: bool = True
     layout_refresh_s: float = 5.0
+    # A handler call running longer counts as a failed attempt ("timed out after N s");
+    # a kind's own ``timeout_s`` overrides it. None: no limit. (dramatiq's default.)
+    handler_timeout_s: float | None = 600.0
+    # Worker threads left behind by timed-out handlers (a thread cannot be killed) that
+    # have not returned yet, at most: beyond, the poller stops with a failure so that
+    # its supervisor starts a fresh process (see ``Poller.failure``).
+    max_abandoned_threads: int = 64
 
 
 def max_prefetch_ms(meta: StoreMeta) -> int:
@@ -40,9 +48,14 @@ def max_prefetch_ms(meta: StoreMeta) -> int:
 
 @dataclass
 class PollerStats:
+    """Counters, for reports and tests; never read to make a decision (the shards'
+    states are in ``Poller.state``)."""
+
     fired: int = 0
     retried: int = 0
     dead: int = 0
     reads: int = 0
     rows_read: int = 0
-    lost_shards: list[int] = field(default_factory=list)
+    timed_out: int = 0
+    abandoned_threads: int = 0
+    lost_shards: list[int] = field(default_factory=list)  # every loss, in order

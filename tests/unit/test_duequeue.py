@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from scheduler.clock import FakeClock
 from scheduler.model import Job
+from scheduler.poller.duequeue import DueQueue
 from scheduler.ratelimit import TokenBucket
-from scheduler.release import ReleaseQueue
 
 
 def job(job_id: str, fire_ms: int, shard: int = 0) -> Job:
@@ -24,7 +24,7 @@ def test_token_bucket_on_monotonic_time():
 
 
 def test_nothing_leaves_before_its_fire_time_and_oldest_first():
-    q = ReleaseQueue()
+    q = DueQueue()
     for i, t in enumerate([300, 100, 200]):
         q.push(job(f"j{i}", t))
     assert q.pop_ready(99, 10) == []
@@ -36,7 +36,7 @@ def test_nothing_leaves_before_its_fire_time_and_oldest_first():
 
 def test_poller_rate_bounds_a_burst_of_overdue_jobs():
     clock = FakeClock()
-    q = ReleaseQueue(poller_rate=100, monotonic=clock.monotonic)
+    q = DueQueue(poller_rate=100, monotonic=clock.monotonic)
     for i in range(1000):
         q.push(job(f"j{i}", i))
     released = []
@@ -49,7 +49,7 @@ def test_poller_rate_bounds_a_burst_of_overdue_jobs():
 
 def test_a_throttled_shard_does_not_hold_back_the_others():
     clock = FakeClock()
-    q = ReleaseQueue(shard_rate=1, monotonic=clock.monotonic)
+    q = DueQueue(shard_rate=1, monotonic=clock.monotonic)
     for i in range(5):
         q.push(job(f"busy{i}", i, shard=0))
     q.push(job("other", 10, shard=1))
@@ -60,7 +60,7 @@ def test_a_throttled_shard_does_not_hold_back_the_others():
 
 
 def test_discard_shard():
-    q = ReleaseQueue()
+    q = DueQueue()
     q.push(job("a", 1, 0))
     q.push(job("b", 2, 1))
     assert [j.job_id for j in q.discard_shard(0)] == ["a"]

@@ -1,0 +1,74 @@
+"""The dispatcher: sleeps until the oldest queued job is due by the wall clock, then
+hands it to the handlers (worker threads, or the event loop of an async app), within
+the release-rate bounds and the in-flight cap.
+
+A job leaves the due queue only when ``now >= fire time`` by the poller's clock, only
+while the lease holds, and never while firing is refused (clock skew) or stopping.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from ..model import Job
+from .shared import Core
+
+
+class Runner(Protocol):
+    """Where dispatched jobs run: ``ThreadWorkers`` or ``AsyncWorkers``."""
+
+    def chunk_size(self, due: int) -> int:
+        """How many of ``due`` jobs to hand over in one ``submit``."""
+
+    def submit(self, jobs: list[Job]) -> None: ...
+
+
+class Dispatcher:
+    def __init__(self, core: Core, runner: Runner) -> None:
+        self.core = core
+        self.runner = runner
+
+    def due_jobs(self) -> list[Job]:
+        """Take the jobs that may fire now (due, within rate and in-flight bounds) and
+        count them as dispatched; the caller must run or requeue every one."""
+        core = self.core
+        if not core.lease():
+            return []
+        flight = core.flight
+        with core.cond:
+            free = flight.cap - flight.in_flight()
+            if core.paused_reason is not None or core.stopping.is_set() or free <= 0:
+                return []
+            jobs = core.due.pop_ready(core.clock.now_ms(), free)
+            flight.dispatched += len(jobs)
+            shards = core.shards
+            for job in jobs:
+                st = shards.get(job.shard)
+                if st is not None:
+                    st.running += 1
+            if core.due.throttled:
+                core.metrics.throttled.inc(core.due.throttled)
+                core.due.throttled = 0
+            return jobs
+
+    def run(self) -> None:
+        """The dispatch thread's body, until the poller stops."""
+        core, runner, flight = self.core, self.runner, self.core.flight
+        while not core.stopping.is_set():
+            jobs = self.due_jobs()
+            if jobs:
+                size = runner.chunk_size(len(jobs))
+                for i in range(0, len(jobs), size):
+                    runner.submit(jobs[i:i + size])
+                continue
+            # Set the flag before looking, so a worker finishing meanwhile wakes us.
+            flight.free.clear()
+            flight.want = True
+            if flight.in_flight() > flight.cap // 2:
+                flight.free.wait(0.05)
+                flight.want = False
+                continue
+            flight.want = False
+            with core.cond:
+                wait = core.due.next_wake_s(core.clock.now_ms())
+                core.cond.wait(min(wait, core.config.poll_interval_s))

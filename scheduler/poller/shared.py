@@ -1,0 +1,185 @@
+"""What the poller's threads share: the owned shards and their lifecycle, the due queue,
+the count of jobs in flight, and the failure that stops the poller.
+
+Lifecycle of a shard (``ShardState``)::
+
+    claimed --> draining --> releasing --> released
+       |           |             |
+       +-----------+-------------+------> lost
+
+- *claimed*: its checkpoint was read and our epoch written; nothing read yet.
+- *draining*: the reader reads its buckets after the checkpoint, oldest first.
+- *releasing*: a planned hand-over (``Poller.release``): nothing new is read, its
+  queued jobs are dropped, its in-flight jobs finish and are recorded.
+- *released*: its checkpoint is saved and its owner cleared in the store.
+- *lost*: a fenced write was refused (another owner has a newer epoch), or it was
+  given up without a word to the store. Nothing more is written for it; its unrecorded
+  rows stay for the next owner.
+
+Released and lost are final: a shard claimed again starts a new lifecycle.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+
+from ..clock import Clock
+from ..dispatch import Outcome
+from ..faults import FaultLog
+from ..layout import Layouts
+from ..metrics import PollerMetrics
+from ..model import Job
+from ..progress import Checkpoint, ShardProgress
+from ..store import Store, StoreMeta
+from .config import PollerConfig, PollerStats
+from .duequeue import DueQueue
+
+log = logging.getLogger("scheduler.poller")
+
+
+class ShardState(Enum):
+    CLAIMED = "claimed"
+    DRAINING = "draining"
+    RELEASING = "releasing"
+    RELEASED = "released"
+    LOST = "lost"
+
+
+NEXT_STATES: dict[ShardState, frozenset[ShardState]] = {
+    ShardState.CLAIMED: frozenset({ShardState.DRAINING, ShardState.RELEASING, ShardState.LOST}),
+    ShardState.DRAINING: frozenset({ShardState.RELEASING, ShardState.LOST}),
+    ShardState.RELEASING: frozenset({ShardState.RELEASED, ShardState.LOST}),
+    ShardState.RELEASED: frozenset(),
+    ShardState.LOST: frozenset(),
+}
+
+
+@dataclass
+class OwnedShard:
+    progress: ShardProgress
+    epoch: int
+    saved: Checkpoint
+    state: ShardState = ShardState.CLAIMED
+    running: int = 0  # jobs dispatched whose outcome is not recorded yet
+
+    def move(self, to: ShardState) -> None:
+        """Change state; a transition the lifecycle does not have is a bug."""
+        if to is not self.state and to not in NEXT_STATES[self.state]:
+            raise AssertionError(f"shard {self.progress.shard}: {self.state.value} -> {to.value}")
+        self.state = to
+
+    @property
+    def reading(self) -> bool:
+        return self.state in (ShardState.CLAIMED, ShardState.DRAINING)
+
+
+class Flight:
+    """Jobs dispatched and not finished, without a lock per job: the dispatcher counts
+    what it handed out, each worker counts what it finished in a slot of its own, and in
+    flight is the difference. Slot 0 is for inline ``Poller.fire`` calls and shutdown."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap  # in flight at most: running handlers plus due jobs queued for them
+        self.dispatched = 0
+        self.finished: list[int] = [0]
+        # The dispatcher waits on ``free`` while ``want`` is set; workers set it once
+        # half the cap is free again.
+        self.want = False
+        self.free = threading.Event()
+
+    def new_slot(self) -> int:
+        self.finished.append(0)
+        return len(self.finished) - 1
+
+    def in_flight(self) -> int:
+        return self.dispatched - sum(self.finished)
+
+    def some_done(self) -> None:
+        if self.want and self.in_flight() <= self.cap // 2:
+            self.free.set()
+
+
+class Core:
+    """State shared by the reader, the dispatcher, the workers and the recorder. The
+    condition ``cond`` guards ``shards``, ``due`` and each shard's progress."""
+
+    def __init__(self, store: Store, clock: Clock, config: PollerConfig, name: str,
+                 metrics: PollerMetrics, meta: StoreMeta) -> None:
+        self.store, self.clock, self.config, self.name = store, clock, config, name
+        self.metrics, self.meta = metrics, meta
+        self.stats = PollerStats()
+        # Every store call of every thread reports here: an outage is logged once, then
+        # summarised every 30 s, and a fleet releases our shards when it lasts too long.
+        self.store_fault = FaultLog(log, "the store", action="store")
+        self.cond = threading.Condition()
+        self.shards: dict[int, OwnedShard] = {}
+        self.ended: dict[int, ShardState] = {}  # the final state of shards no longer held
+        self.due = DueQueue(config.max_rate, config.max_shard_rate, monotonic=clock.monotonic)
+        self.flight = Flight(config.concurrency + config.queue_ahead)
+        self.outcomes: queue.SimpleQueue[list[Outcome]] = queue.SimpleQueue()
+        self.stopping = threading.Event()  # no more reading or dispatching
+        self.stopped = threading.Event()  # the recorder and the watchdog end too
+        self.paused_reason: str | None = None  # why firing is refused (clock skew)
+        # Set by a fleet: False while the coordinator cannot vouch for our ownership.
+        self.lease: Callable[[], bool] = lambda: True
+        self.failure: str | None = None
+        self.on_failure: Callable[[str], None] = lambda role: None
+        self._failure_lock = threading.Lock()
+        self._layouts: Layouts | None = None
+        self._layouts_at = -1e9
+
+    def layouts(self) -> Layouts:
+        """The shard layouts, re-read every ``layout_refresh_s``."""
+        if self._layouts is None or self.clock.monotonic() - self._layouts_at >= self.config.layout_refresh_s:
+            self._layouts = self.store.layouts()
+            self._layouts_at = self.clock.monotonic()
+        return self._layouts
+
+    def requeue(self, jobs: list[Job], slot: int) -> None:
+        """Put dispatched jobs that were not started back in the due queue (ownership in
+        doubt): released again once the lease is renewed, or dropped with their shard.
+        The reader's cursor has passed them: they must not be forgotten."""
+        with self.cond:
+            for job in jobs:
+                st = self.shards.get(job.shard)
+                if st is not None:
+                    st.running -= 1
+                    self.due.push(job)
+            self.flight.finished[slot] += len(jobs)
+            self.cond.notify_all()
+
+    def fail(self, role: str, reason: str, exc: BaseException | None = None) -> None:
+        """Record the poller's failure (the first only) and start its shutdown through
+        ``on_failure``. Logged once, with the traceback when there is one."""
+        with self._failure_lock:
+            if self.failure is not None:
+                return
+            self.failure = reason
+        tb = "".join(traceback.format_exception(exc)) if exc is not None else None
+        log.error("%s; stopping the poller (a supervisor should restart it)%s", reason,
+                  f"\n{tb}" if tb else "",
+                  extra={"action": "thread_crashed" if exc is not None else "poller_failed",
+                         "thread": role, "poller": self.name})
+        self.on_failure(role)
+
+    def guarded(self, role: str, body: Callable[[], None]) -> Callable[[], None]:
+        """``body`` as a thread target that turns an unexpected exception into the
+        poller's failure instead of a thread that ends in silence."""
+        def run() -> None:
+            try:
+                body()
+            except BaseException as exc:
+                self.fail(role, f"the {role} thread crashed: {type(exc).__name__}: {exc}", exc)
+        return run
+
+    def start_thread(self, role: str, body: Callable[[], None], label: str | None = None) -> threading.Thread:
+        t = threading.Thread(target=self.guarded(role, body), name=f"{self.name}-{label or role}",
+                             daemon=True)
+        t.start()
+        return t
