@@ -14,6 +14,16 @@ from .errors import (
 )
 from .model import Job, Status
 
+
+def __getattr__(name: str) -> object:
+    # Lazy: a producer importing ``scheduler`` does not pay for the poller's modules.
+    if name == "run_poller":
+        from .runner import run_poller
+
+        return run_poller
+    raise AttributeError(f"module 'scheduler' has no attribute {name!r}")
+
+
 __all__ = [
     "App",
     "Client",
@@ -29,5 +39,6 @@ __all__ = [
     "Status",
     "StoreUnavailable",
     "WriteTimeout",
+    "run_poller",
 ]
 __version__ = "0.1.0"

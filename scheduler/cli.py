@@ -8,71 +8,27 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
 
-from .errors import InvalidInput, SchedulerError
+from . import cli_admin, cli_ops  # noqa: F401  (they register their commands on the app)
+from .cli_common import (
+    JsonOpt,
+    StoreOpt,
+    app,
+    client_for,
+    emit,
+    errors,
+    job_table,
+    parse_at,
+    schema_app,
+)
+from .coord import DEFAULT_SESSION_TIMEOUT_S
+from .errors import InvalidInput
 from .settings import Settings
-
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="A durable scheduler for future one-shot jobs.")
-schema_app = typer.Typer(no_args_is_help=True, help="Create or upgrade the store's schema.")
-shards_app = typer.Typer(no_args_is_help=True, help="Show or change the shard layouts.")
-dead_app = typer.Typer(no_args_is_help=True, help="List or replay dead-lettered jobs.")
-app.add_typer(schema_app, name="schema")
-app.add_typer(shards_app, name="shards")
-app.add_typer(dead_app, name="dead")
-
-StoreOpt = Annotated[str | None, typer.Option("--store", help="Store URL; default $SCHEDULER_STORE.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def fail(message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(1)
-
-
-@contextmanager
-def errors() -> Iterator[None]:
-    try:
-        yield
-    except SchedulerError as exc:
-        fail(str(exc))
-
-
-def emit(data: Any, as_json: bool, human: Callable[[], None] | None = None) -> None:
-    if as_json or human is None:
-        typer.echo(json.dumps(data, default=str, sort_keys=True))
-    else:
-        human()
-
-
-def _client(store: str | None) -> Any:
-    from .client import Client
-
-    return Client(store, settings=Settings.from_env())
-
-
-def _job_table(job: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(show_header=False, box=None)
-    for key, value in job.items():
-        table.add_row(f"[bold]{key}[/]", "" if value is None else str(value))
-    Console().print(table)
-
-
-def _parse_at(text: str) -> Any:
-    from .model import parse_time
-
-    return parse_time(text)
-
 
 # --- schema -----------------------------------------------------------------------------
 
@@ -127,38 +83,38 @@ def schedule(
 ) -> None:
     """Schedule one job (idempotent by id)."""
     with errors():
-        due = _parse_at(at)
+        due = parse_at(at)
         value = None
         if payload is not None:
             try:
                 value = json.loads(payload)
             except ValueError as exc:
                 raise InvalidInput(f"--payload is not valid JSON: {exc}") from None
-        client = _client(store)
+        client = client_for(store)
         try:
             job = client.schedule(job_id, due, kind, value, jitter_s=jitter).to_dict()
         finally:
             client.close()
-    emit(job, as_json, lambda: _job_table(job))
+    emit(job, as_json, lambda: job_table(job))
 
 
 @app.command()
 def get(job_id: str, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     """Show one job with its status and history."""
     with errors():
-        client = _client(store)
+        client = client_for(store)
         try:
             job = client.get(job_id).to_dict()
         finally:
             client.close()
-    emit(job, as_json, lambda: _job_table(job))
+    emit(job, as_json, lambda: job_table(job))
 
 
 @app.command()
 def cancel(job_id: str, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     """Cancel a pending job. Exit status 1 when there was no pending job to cancel."""
     with errors():
-        client = _client(store)
+        client = client_for(store)
         try:
             done = client.cancel(job_id)
         finally:
@@ -174,13 +130,13 @@ def reschedule(job_id: str, at: Annotated[str, typer.Option(help="New due time, 
                store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     """Move a job to a new due time."""
     with errors():
-        due = _parse_at(at)
-        client = _client(store)
+        due = parse_at(at)
+        client = client_for(store)
         try:
             job = client.reschedule(job_id, due).to_dict()
         finally:
             client.close()
-    emit(job, as_json, lambda: _job_table(job))
+    emit(job, as_json, lambda: job_table(job))
 
 
 @app.command()
@@ -199,7 +155,7 @@ def load(file: Annotated[Path, typer.Argument(help="JSON lines, one job per line
                 records.append(json.loads(line))
             except ValueError as exc:
                 raise InvalidInput(f"{file}:{n}: not valid JSON ({exc})") from None
-        client = _client(store)
+        client = client_for(store)
         try:
             with Progress(disable=as_json or not sys.stderr.isatty(), transient=False) as bar:
                 task = bar.add_task("scheduling", total=len(records))
@@ -240,116 +196,6 @@ def _open_lines(path: Path) -> list[str]:
         raise InvalidInput(f"cannot read {path}: {exc.strerror}") from None
 
 
-# --- shards -----------------------------------------------------------------------------
-
-
-@shards_app.command("show")
-def shards_show(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
-    """List the layouts: from which bucket on which shard count is in force."""
-    from .keys import from_ms
-
-    with errors():
-        client = _client(store)
-        try:
-            lays = client.layouts(fresh=True).items
-            width = client.meta.bucket_width_s
-        finally:
-            client.close()
-    rows = [{"from_bucket": lay.from_bucket, "from": from_ms(lay.from_bucket * 1000).isoformat(),
-             "shard_count": lay.shard_count,
-             "written_until": from_ms(lay.mark_end * 1000).isoformat() if lay.mark_end else None}
-            for lay in lays]
-
-    def human() -> None:
-        from rich.console import Console
-        from rich.table import Table
-
-        table = Table(title=f"shard layouts ({width}s buckets)")
-        for col in ("from", "shard_count", "written_until"):
-            table.add_column(col)
-        for r in rows:
-            table.add_row(r["from"], str(r["shard_count"]), r["written_until"] or "-")
-        Console().print(table)
-
-    emit({"bucket_width_s": width, "layouts": rows}, as_json, human)
-
-
-@shards_app.command("resize")
-def shards_resize(
-    count: Annotated[int, typer.Option(help="New shard count S.")],
-    at: Annotated[str, typer.Option(help="Cutover: a bucket boundary, ISO 8601.")],
-    store: StoreOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Change S from the bucket at --at on; earlier buckets keep their S."""
-    from .keys import from_ms
-
-    with errors():
-        cutover = _parse_at(at)
-        client = _client(store)
-        try:
-            lay = client.resize(count, cutover)
-        finally:
-            client.close()
-    data = {"from_bucket": lay.from_bucket, "from": from_ms(lay.from_bucket * 1000).isoformat(),
-            "shard_count": lay.shard_count}
-    emit(data, as_json, lambda: typer.echo(f"from {data['from']} on, S = {count}"))
-
-
-# --- dead letters -----------------------------------------------------------------------
-
-
-@dead_app.command("list")
-def dead_list(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
-    """Jobs whose retries ran out, or whose kind had no handler."""
-    from .keys import from_ms
-
-    with errors():
-        client = _client(store)
-        try:
-            dead = client.dead_letters()
-        finally:
-            client.close()
-    rows = [{"job_id": d.job_id, "kind": d.kind, "due_at": from_ms(d.due_ms).isoformat(),
-             "attempts": d.attempts, "error": d.error, "died_at": from_ms(d.died_ms).isoformat()}
-            for d in dead]
-
-    def human() -> None:
-        from rich.console import Console
-        from rich.table import Table
-
-        table = Table(title=f"{len(rows)} dead letters")
-        for col in ("job_id", "kind", "attempts", "died_at", "error"):
-            table.add_column(col)
-        for r in rows:
-            table.add_row(r["job_id"], r["kind"], str(r["attempts"]), r["died_at"], r["error"] or "")
-        Console().print(table)
-
-    emit(rows, as_json, human)
-
-
-@dead_app.command("replay")
-def dead_replay(
-    job_ids: Annotated[list[str] | None, typer.Argument(help="Jobs to replay.")] = None,
-    all_: Annotated[bool, typer.Option("--all", help="Replay every dead letter.")] = False,
-    at: Annotated[str | None, typer.Option(help="When to fire them (default: now).")] = None,
-    store: StoreOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Re-arm dead jobs with their attempts reset."""
-    with errors():
-        if bool(job_ids) == all_:
-            raise InvalidInput("name the jobs to replay, or pass --all")
-        when = _parse_at(at) if at else None
-        client = _client(store)
-        try:
-            jobs = client.replay_dead(None if all_ else job_ids, when)
-        finally:
-            client.close()
-    emit({"replayed": [j.job_id for j in jobs]}, as_json,
-         lambda: typer.echo(f"replayed {len(jobs)} jobs"))
-
-
 # --- pollers ----------------------------------------------------------------------------
 
 
@@ -361,11 +207,16 @@ def run(
         help="Own exactly these shards, e.g. 0-15, without coordination.")] = None,
     coordinator: Annotated[str | None, typer.Option(
         help="local or zookeeper://h1:2181,h2:2181/root (default $SCHEDULER_COORDINATOR).")] = None,
-    session_timeout: Annotated[float, typer.Option(help="ZooKeeper session timeout, seconds.")] = 10.0,
+    session_timeout: Annotated[float, typer.Option(help="ZooKeeper session timeout, seconds.")
+                               ] = DEFAULT_SESSION_TIMEOUT_S,
     store_failure_release: Annotated[float, typer.Option(
         help="In a fleet: after this many seconds of failing store calls, release every shard "
              "to the other pollers until the store answers (0: never).")] = 30.0,
-    concurrency: Annotated[int, typer.Option(help="Handlers running at once.")] = 16,
+    concurrency: Annotated[int, typer.Option(
+        help="Handlers running at once: threads, or coroutines for async handlers.")] = 16,
+    handler_timeout: Annotated[float, typer.Option(
+        help="Seconds a handler call may run before it counts as failed (a kind's own "
+             "timeout_s wins; 0: no limit).")] = 600.0,
     poll_interval: Annotated[float, typer.Option(help="Seconds between polls.")] = 1.0,
     max_rate: Annotated[float | None, typer.Option(help="Jobs/s this poller releases.")] = None,
     max_shard_rate: Annotated[float | None, typer.Option(help="Jobs/s released per shard.")] = None,
@@ -378,62 +229,33 @@ def run(
 ) -> None:
     """Run a poller until SIGTERM or SIGINT, then shut down gracefully (exit 0).
 
-    Exits 3 when its ZooKeeper session expired (run it under a supervisor)."""
+    Exits 3 when its ZooKeeper session expired, 4 when the poller failed (a thread
+    crashed, or too many handlers hung): run it under a supervisor."""
     import os
-    import signal
-    import threading
 
     from . import logs
-    from .coord import open_coordinator
     from .dispatch import load_app
-    from .fleet import Fleet
     from .layout import parse_shard_spec
-    from .metrics import PollerMetrics, serve
-    from .poller import Poller, PollerConfig
-    from .store import open_store
+    from .poller import PollerConfig
+    from .runner import run_poller
 
     logs.setup(json_output=log_json)
     sys.path.insert(0, os.getcwd())  # handlers are usually modules of the current project
     with errors():
-        if concurrency < 1 or poll_interval <= 0 or store_failure_release < 0:
-            raise InvalidInput("--concurrency must be >= 1, --poll-interval > 0 and "
-                               "--store-failure-release >= 0")
-        the_app = load_app(handler, app_)
-        settings = Settings.from_env()
-        st = open_store(settings.require_store(store))
-        owned = parse_shard_spec(shards) if shards else None
-        coord = None if owned is not None else open_coordinator(
-            coordinator or settings.coordinator, session_timeout_s=session_timeout)
-        metrics = PollerMetrics()
-        bound = serve(metrics, metrics_address or settings.metrics_address)
-        poller = Poller(st, the_app, name=name, metrics=metrics,
-                        config=PollerConfig(poll_interval_s=poll_interval, concurrency=concurrency,
-                                            max_rate=max_rate, max_shard_rate=max_shard_rate))
-        stop = threading.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
-        if coord is None:
-            poller.start(owned or ())
-            typer.echo(f"{poller.name}: polling shards {shards} of {st.url}", err=True)
-        else:
-            fleet = Fleet(poller, coord, store_release_s=store_failure_release)
-            fleet.start()
-            typer.echo(f"{poller.name}: joined the fleet ({coordinator or settings.coordinator}) "
-                       f"on {st.url}", err=True)
-        if bound:
-            typer.echo(f"{poller.name}: metrics on http://{bound}/metrics", err=True)
-        while not stop.wait(0.5):
-            if coord is not None and fleet.ended.is_set():
-                break
-        if coord is None:
-            poller.stop()
-        else:
-            fleet.stop()
-        st.close()
-        if coord is not None and fleet.ended.is_set():
-            typer.echo(f"{poller.name}: ZooKeeper session lost; exiting so a supervisor restarts it",
-                       err=True)
-            raise typer.Exit(3)
+        if concurrency < 1 or poll_interval <= 0 or store_failure_release < 0 or handler_timeout < 0:
+            raise InvalidInput("--concurrency must be >= 1, --poll-interval > 0, and "
+                               "--store-failure-release and --handler-timeout >= 0")
+        config = PollerConfig(poll_interval_s=poll_interval, concurrency=concurrency,
+                              max_rate=max_rate, max_shard_rate=max_shard_rate,
+                              handler_timeout_s=handler_timeout or None)
+        code = run_poller(load_app(handler, app_), store=store, config=config, name=name,
+                          shards=parse_shard_spec(shards) if shards else None,
+                          coordinator=coordinator, metrics_address=metrics_address,
+                          session_timeout_s=session_timeout,
+                          store_failure_release_s=store_failure_release,
+                          announce=lambda line: typer.echo(line, err=True))
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command()
@@ -504,6 +326,4 @@ def _demo_live(jobs: int, pollers: int, seconds: float, store: str | None) -> An
 
 
 def main() -> None:
-    from . import cli_ops  # noqa: F401  (registers the operators' commands on the app)
-
     app()

@@ -1,7 +1,7 @@
 """The operators' commands: ``lag``, ``status``, ``inspect``, ``forecast``, ``exporter``.
 
 They read the store (and ZooKeeper when the coordinator is one), never a poller, so they
-work with the whole fleet down. Registered on the app of ``scheduler.cli``.
+work with the whole fleet down. Registered on the app of ``scheduler.cli_common``.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .cli import JsonOpt, StoreOpt, app, emit, errors
+from .cli_common import JsonOpt, StoreOpt, app, emit, errors
 from .errors import InvalidInput
 from .settings import Settings
 

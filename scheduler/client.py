@@ -75,7 +75,7 @@ class Client:
             self.store, self._owns_store = store, False
         else:
             url = self.settings.require_store(store)
-            self.store = open_store(url, concurrency=self.settings.concurrency)
+            self.store = open_store(url, concurrency=self.settings.load_concurrency)
             self._owns_store = True
         self.clock: Clock = clock or SystemClock()
         self.max_payload_bytes = max_payload_bytes or self.settings.max_payload_bytes

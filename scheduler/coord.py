@@ -33,6 +33,10 @@ from .errors import ConfigError, StoreUnavailable
 log = logging.getLogger("scheduler.coord")
 
 
+# The ZooKeeper session timeout, seconds, unless told otherwise (``--session-timeout``).
+DEFAULT_SESSION_TIMEOUT_S = 10.0
+
+
 class Coordinator(Protocol):
     member_id: str
 
@@ -147,7 +151,7 @@ def read_credentials(env: dict[str, str] | None = None) -> str | None:
 
 
 class ZooKeeperCoordinator:
-    def __init__(self, hosts: str, root: str, *, session_timeout_s: float = 10.0,
+    def __init__(self, hosts: str, root: str, *, session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S,
                  credentials: str | None = None) -> None:
         from kazoo.client import KazooClient
         from kazoo.security import make_digest_acl
@@ -388,7 +392,7 @@ def read_fleet(url: str, *, timeout_s: float = 10.0,
             zk.close()
 
 
-def open_coordinator(url: str | None, *, session_timeout_s: float = 10.0,
+def open_coordinator(url: str | None, *, session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S,
                      credentials: Callable[[], str | None] = read_credentials) -> Coordinator:
     """``local`` or ``zookeeper://h1:2181,h2:2181/root``."""
     if not url or url == "local":

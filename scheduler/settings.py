@@ -6,7 +6,7 @@
 | SCHEDULER_COORDINATOR | local | ``zookeeper://h1:2181,h2:2181/root`` or ``local`` |
 | SCHEDULER_MAX_PAYLOAD_BYTES | 65536 | payload size limit checked before writing |
 | SCHEDULER_LAYOUT_CACHE_TTL_S | 30 | how long a producer may use cached shard layouts |
-| SCHEDULER_CONCURRENCY | 128 | requests in flight for bulk loads |
+| SCHEDULER_LOAD_CONCURRENCY | 128 | requests in flight for bulk loads (old name: SCHEDULER_CONCURRENCY) |
 | SCHEDULER_METRICS_ADDRESS | 127.0.0.1:9460 | where `scheduler run` serves /metrics; ``off`` for none |
 """
 
@@ -39,7 +39,9 @@ class Settings:
     coordinator: str = "local"
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
     layout_cache_ttl_s: int = 30
-    concurrency: int = 128
+    # Requests in flight for bulk loads. (A poller's handler concurrency is
+    # ``PollerConfig.concurrency``, a flag of ``scheduler run``.)
+    load_concurrency: int = 128
     metrics_address: str = "127.0.0.1:9460"
 
     @classmethod
@@ -50,7 +52,8 @@ class Settings:
             coordinator=env.get("SCHEDULER_COORDINATOR") or "local",
             max_payload_bytes=_int(env, "SCHEDULER_MAX_PAYLOAD_BYTES", DEFAULT_MAX_PAYLOAD_BYTES),
             layout_cache_ttl_s=_int(env, "SCHEDULER_LAYOUT_CACHE_TTL_S", 30),
-            concurrency=_int(env, "SCHEDULER_CONCURRENCY", 128),
+            load_concurrency=_int(env, "SCHEDULER_LOAD_CONCURRENCY",
+                                  _int(env, "SCHEDULER_CONCURRENCY", 128)),
             metrics_address=env.get("SCHEDULER_METRICS_ADDRESS") or "127.0.0.1:9460",
         )
 

@@ -1,0 +1,116 @@
+"""``run_poller``: a poller as a process, for ``scheduler run`` or any program that
+embeds one. It opens the store and the coordinator, serves metrics, installs signal
+handlers, runs a fleet member (or fixed shards) until told to stop, and returns the
+process's exit code:
+
+| code | meaning | a supervisor should |
+|---|---|---|
+| 0 | stopped on SIGTERM/SIGINT (or ``stop``): checkpoints saved, shards released | nothing |
+| 3 | the ZooKeeper session expired: ownership may be stale | restart it |
+| 4 | the poller failed: an internal thread crashed, or too many handlers hung | restart it |
+
+Bad settings raise ``SchedulerError`` (``ConfigError``...) before anything starts;
+``scheduler run`` prints them as one line and exits 1.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Callable, Iterable
+
+from .coord import DEFAULT_SESSION_TIMEOUT_S, Coordinator, open_coordinator
+from .dispatch import App, Handler
+from .errors import InvalidInput
+from .fleet import Fleet
+from .metrics import PollerMetrics, serve
+from .poller import Poller, PollerConfig
+from .settings import Settings
+from .store import Store, open_store
+
+log = logging.getLogger("scheduler.run")
+
+EXIT_OK = 0
+EXIT_SESSION_LOST = 3
+EXIT_FAILED = 4
+
+
+def run_poller(app: App | Handler, *, settings: Settings | None = None,
+               store: Store | str | None = None, shards: Iterable[int] | None = None,
+               coordinator: Coordinator | str | None = None,
+               config: PollerConfig | None = None, name: str | None = None,
+               metrics_address: str | None = None,
+               session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S,
+               store_failure_release_s: float = 30.0,
+               stop: threading.Event | None = None, install_signals: bool = True,
+               announce: Callable[[str], None] | None = None) -> int:
+    """Run one poller until SIGTERM/SIGINT or ``stop`` is set; returns the exit code
+    (see the module's table).
+
+    ``app``: a ``scheduler.App`` or one handler function for every kind. ``store``: a
+    store or its URL (default: the settings'). ``shards``: own exactly these, with no
+    coordination; otherwise join the fleet of ``coordinator`` (default: the settings').
+    ``metrics_address``: HOST:PORT or ``off`` (default: the settings'). Signal handlers
+    are installed only from the main thread. ``announce`` receives the start-up lines
+    (default: the log).
+    """
+    settings = settings or Settings.from_env()
+    say = announce or log.info
+    if store_failure_release_s < 0:
+        raise InvalidInput("store_failure_release_s must be >= 0 (0: never release)")
+    the_app = app if isinstance(app, App) else App.for_function(app)
+    the_app.is_async()  # a mixed app is refused before anything starts
+    st = store if isinstance(store, Store) else open_store(settings.require_store(store))
+    owns_store = not isinstance(store, Store)
+    fixed = None if shards is None else sorted(set(shards))
+    coord = None
+    if fixed is None:
+        coord = (open_coordinator(coordinator or settings.coordinator, session_timeout_s=session_timeout_s)
+                 if coordinator is None or isinstance(coordinator, str) else coordinator)
+    metrics = PollerMetrics()
+    bound = serve(metrics, metrics_address or settings.metrics_address)
+    poller = Poller(st, the_app, name=name, metrics=metrics, config=config)
+    stop = stop or threading.Event()
+    if install_signals and threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+    fleet = None
+    if coord is None:
+        poller.start(fixed or ())
+        say(f"{poller.name}: polling shards {_spans(fixed or [])} of {st.url}")
+    else:
+        fleet = Fleet(poller, coord, store_release_s=store_failure_release_s)
+        fleet.start()
+        where = coordinator if isinstance(coordinator, str) else settings.coordinator
+        say(f"{poller.name}: joined the fleet ({where}) on {st.url}")
+    if bound:
+        say(f"{poller.name}: metrics on http://{bound}/metrics")
+    while not stop.wait(0.5):
+        if poller.failed.is_set() or (fleet is not None and fleet.ended.is_set()):
+            break
+    if fleet is None:
+        poller.stop()
+    else:
+        fleet.stop()
+    if owns_store:
+        st.close()
+    if poller.failure is not None:
+        say(f"{poller.name}: {poller.failure}; exiting {EXIT_FAILED} so a supervisor restarts it")
+        return EXIT_FAILED
+    if fleet is not None and fleet.ended.is_set():
+        say(f"{poller.name}: ZooKeeper session lost; exiting {EXIT_SESSION_LOST} so a supervisor "
+            "restarts it")
+        return EXIT_SESSION_LOST
+    return EXIT_OK
+
+
+def _spans(shards: list[int]) -> str:
+    """``[0, 1, 2, 5]`` as ``0-2,5``."""
+    out: list[str] = []
+    for s in shards:
+        if out and out[-1].split("-")[-1] == str(s - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{s}"
+        else:
+            out.append(str(s))
+    return ",".join(out) or "none"
