@@ -1,5 +1,7 @@
 """A durable scheduler for future one-shot jobs on Apache Cassandra and ZooKeeper."""
 
+from typing import TYPE_CHECKING
+
 from .client import Client, JobSpec
 from .dispatch import App, RetryPolicy
 from .errors import (
@@ -13,6 +15,9 @@ from .errors import (
     WriteTimeout,
 )
 from .model import Job, Status
+
+if TYPE_CHECKING:
+    from .runner import run_poller
 
 
 def __getattr__(name: str) -> object:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from .errors import ConfigError
-from .model import KIND_RE, Job
+from .model import KIND_RE, POISON_KIND, Job
 
 Handler = Callable[[Job], Any]
 
@@ -225,12 +225,20 @@ def run_route(route: Route | str, job: Job, now_ms: Callable[[], int],
     """``run_handler`` with the route already resolved (a str: why the job cannot run)."""
     started = now_ms()
     if isinstance(route, str):
-        return Outcome(job, False, route, None, True, started)
+        return refused(route, job, started)
     try:
         route.handler(job)
     except Exception as exc:  # a handler's failure is data, not a crash of the poller
         return failure(route, job, exc, started, now_ms(), rand)
     return Outcome(job, True, None, None, False, started)
+
+
+def refused(reason: str, job: Job, started_ms: int) -> Outcome:
+    """A job that cannot run (``App.resolve`` gave a reason): dead at once. A row the
+    store could not read as a job carries its own reason."""
+    if job.kind == POISON_KIND and job.last_error:
+        reason = job.last_error
+    return Outcome(job, False, reason, None, True, started_ms)
 
 
 def failure(route: Route, job: Job, exc: BaseException, started_ms: int, now_ms: int,

@@ -17,6 +17,9 @@ from .keys import from_ms, to_ms
 
 MAX_JOB_ID_BYTES = 256
 DEFAULT_MAX_PAYLOAD_BYTES = 64 * 1024
+# The kind of a row that could not be read as a job: no producer can write it (it fails
+# KIND_RE), and the poller dead-letters it with the reason in ``last_error``.
+POISON_KIND = "!poison"
 KIND_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,63}$")
 
 

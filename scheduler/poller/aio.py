@@ -14,7 +14,7 @@ import asyncio
 import random
 import threading
 
-from ..dispatch import App, Outcome, failed, failure
+from ..dispatch import App, Outcome, failed, failure, refused
 from ..model import Job
 from .shared import Core
 
@@ -104,7 +104,7 @@ class AsyncWorkers:
         started = now_ms()
         route = self.app.resolve(job.kind)
         if isinstance(route, str):
-            return Outcome(job, False, route, None, True, started)
+            return refused(route, job, started)
         timeout = self.default_timeout if route.timeout_s is None else route.timeout_s
         try:
             async with asyncio.timeout(timeout):

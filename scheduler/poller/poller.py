@@ -291,11 +291,17 @@ class Poller:
         for shard in sorted(self.shards):
             with core.cond:
                 st = core.shards.get(shard)
-            if st is None:
-                continue
+                if st is None or not st.reading:
+                    continue
+                st.move(ShardState.RELEASING)
             if save:
                 self.reader.save_checkpoint(shard, st)
-            if shard in self.shards:
-                self._clear_owner(shard, st.epoch)
+            with core.cond:
+                if core.shards.get(shard) is not st:
+                    continue  # lost: the checkpoint write was refused
+                del core.shards[shard]
+                st.move(ShardState.RELEASED)
+                core.ended[shard] = ShardState.RELEASED
+            self._clear_owner(shard, st.epoch)
         log.info("poller stopped", extra={"action": "poller_stopped", "poller": self.name,
                                           "fired": core.stats.fired})

@@ -165,7 +165,7 @@ class Core:
         log.error("%s; stopping the poller (a supervisor should restart it)%s", reason,
                   f"\n{tb}" if tb else "",
                   extra={"action": "thread_crashed" if exc is not None else "poller_failed",
-                         "thread": role, "poller": self.name})
+                         "role": role, "poller": self.name})
         self.on_failure(role)
 
     def guarded(self, role: str, body: Callable[[], None]) -> Callable[[], None]:

@@ -45,9 +45,9 @@ from .cpolicy import IdempotentRetryPolicy, reconnection_policy
 from .rows import (
     bucket_key,
     bucket_params,
-    job_from_bucket_row,
     job_from_row,
     job_params,
+    jobs_from_bucket_rows,
     meta_items,
 )
 
@@ -314,7 +314,7 @@ class CassandraStore(Store):
         fire_ms, job_id = after if after is not None else (bucket * 1000 - 1, "")
         rows = self.run("select_bucket_rows", (bucket, shard, fire_ms, job_id, until_ms, limit),
                         f"reading bucket {bucket} shard {shard}")
-        return [job_from_bucket_row(r, dt_ms) for r in rows]
+        return jobs_from_bucket_rows(rows, dt_ms)
 
     def count_pending(self, parts: Sequence[PartRange]) -> list[int]:
         stmt = self.prepared("select_bucket_fired")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..model import Job, Status
+from ..model import POISON_KIND, Job, Status
 
 
 def job_from_row(row: Any, to_ms: Any = int) -> Job:
@@ -36,6 +36,29 @@ def job_from_bucket_row(row: Any, to_ms: Any = int) -> Job:
                0 if due_at is None else to_ms(due_at), to_ms(fire_at), bucket, shard,
                Status.PENDING if fired_at is None else Status.FIRED, attempts or 0,
                None if fired_at is None else to_ms(fired_at), None)
+
+
+def jobs_from_bucket_rows(rows: Any, to_ms: Any = int) -> list[Job]:
+    """``job_from_bucket_row`` over a page. A row that cannot be turned into a job (one
+    written by another producer, outside the client's checks) becomes a *poison* job
+    (kind ``POISON_KIND``, the reason in ``last_error``), so the poller dead-letters it
+    and its shard keeps firing instead of failing on every read."""
+    rows = list(rows)
+    try:
+        return [job_from_bucket_row(r, to_ms) for r in rows]
+    except Exception:
+        return [_row_or_poison(r, to_ms) for r in rows]
+
+
+def _row_or_poison(row: Any, to_ms: Any) -> Job:
+    try:
+        return job_from_bucket_row(row, to_ms)
+    except Exception as exc:
+        bucket, shard, fire_at, job_id = row[0], row[1], row[2], row[3]
+        fire = int(fire_at) if isinstance(fire_at, int) else to_ms(fire_at)
+        return Job(str(job_id), POISON_KIND, b"", False, fire, fire, int(bucket), int(shard),
+                   Status.PENDING, 0, None,
+                   f"poison row: cannot be read as a job ({type(exc).__name__}: {exc})"[:2000])
 
 
 def job_params(job: Job, ts: Any = int) -> tuple[Any, ...]:

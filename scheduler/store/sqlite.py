@@ -34,9 +34,9 @@ from .base import (
 from .rows import (
     bucket_key,
     bucket_params,
-    job_from_bucket_row,
     job_from_row,
     job_params,
+    jobs_from_bucket_rows,
     meta_items,
 )
 
@@ -176,7 +176,7 @@ class SqliteStore(Store):
                     until_ms: int, limit: int) -> list[Job]:
         fire_ms, job_id = after if after is not None else (bucket * 1000 - 1, "")
         rows = self._all(_q("select_bucket_rows"), (bucket, shard, fire_ms, job_id, until_ms, limit))
-        return [job_from_bucket_row(r) for r in rows]
+        return jobs_from_bucket_rows(rows)
 
     def count_pending(self, parts: Sequence[PartRange]) -> list[int]:
         out = []

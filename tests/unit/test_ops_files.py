@@ -119,7 +119,7 @@ def test_compose_servers_match_the_ops_scripts():
 
 def test_compose_commands_are_valid_scheduler_commands():
     import scheduler.cli_ops  # noqa: F401  (registers its commands)
-    from scheduler.cli import app
+    from scheduler.cli_common import app
     from scheduler.dispatch import load_app
     from scheduler.settings import Settings
 

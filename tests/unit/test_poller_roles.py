@@ -1,0 +1,274 @@
+"""Each of the poller's thread roles alone, with a fake store and the real queues:
+the chunk hand-back, the timeout watchdog, the recorder's linger and its failures, the
+shutdown order, and a crash of each role failing the poller."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from scheduler.clock import SystemClock
+from scheduler.dispatch import App, Outcome
+from scheduler.errors import StoreUnavailable
+from scheduler.layout import Layout, Layouts
+from scheduler.metrics import PollerMetrics
+from scheduler.model import Job
+from scheduler.poller import Poller, PollerConfig, ShardState
+from scheduler.poller.recorder import LINGER_BELOW, Recorder
+from scheduler.poller.shared import Core
+from scheduler.poller.workers import ThreadWorkers, _Worker
+from scheduler.progress import Checkpoint
+from scheduler.store.base import ShardCheckpoint, StoreMeta
+
+META = StoreMeta(schema_version=1, bucket_width_s=60, late_margin_ms=3000, max_skew_ms=500,
+                 origin_bucket=0)
+
+
+class FakeStore:
+    """What the poller's roles call, in memory, with a log of the writes in order."""
+
+    url = "fake://"
+
+    def __init__(self, rows: list[Job] | None = None) -> None:
+        self.rows = rows or []
+        self.calls: list[str] = []
+        self.fail: dict[str, BaseException] = {}
+
+    def _call(self, name: str) -> None:
+        if name in self.fail:
+            raise self.fail[name]
+        self.calls.append(name)
+
+    def meta(self) -> StoreMeta:
+        return META
+
+    def layouts(self) -> Layouts:
+        return Layouts([Layout(0, 1)])
+
+    def server_now_ms(self) -> int:
+        return SystemClock().now_ms()
+
+    def checkpoints(self) -> list[ShardCheckpoint]:
+        return []
+
+    def claim_shard(self, shard: int, owner: str, epoch: int, initial: int, now_ms: int) -> Checkpoint:
+        self._call("claim_shard")
+        return Checkpoint(SystemClock().now_ms() // 1000 // 60 * 60 - 120)
+
+    def read_bucket(self, bucket: int, shard: int, after: Any, until_ms: int, limit: int) -> list[Job]:
+        self._call("read_bucket")
+        key = after or (0, "")
+        return sorted(j for j in self.rows if j.bucket == bucket and (j.fire_ms, j.job_id) > key
+                      and j.fire_ms <= until_ms)[:limit]
+
+    def save_checkpoint(self, shard: int, epoch: int, cp: Checkpoint, now_ms: int) -> None:
+        self._call("save_checkpoint")
+
+    def release_shard(self, shard: int, epoch: int, now_ms: int) -> bool:
+        self._call("release_shard")
+        return True
+
+    def record_fired(self, jobs: list[Job], now_ms: int) -> None:
+        self._call("record_fired")
+
+    def record_retry(self, old: Job, new: Job, error: str, now_ms: int) -> None:
+        self._call("record_retry")
+
+    def record_dead(self, job: Job, error: str, now_ms: int) -> None:
+        self._call("record_dead")
+
+
+def job(i: int, kind: str = "k", fire_ms: int | None = None) -> Job:
+    fire = SystemClock().now_ms() - 1000 if fire_ms is None else fire_ms
+    return Job(f"j{i:04d}", kind, b"{}", True, fire, fire, fire // 1000 // 60 * 60, 0)
+
+
+def core(config: PollerConfig | None = None, store: FakeStore | None = None) -> Core:
+    return Core(store or FakeStore(), SystemClock(), config or PollerConfig(), "test",  # type: ignore[arg-type]
+                PollerMetrics(), META)
+
+
+def wait_until(cond: Callable[[], bool], seconds: float = 5.0) -> None:
+    end = time.monotonic() + seconds
+    while not cond():
+        assert time.monotonic() < end, "timed out waiting"
+        time.sleep(0.01)
+
+
+def drain(c: Core) -> list[Outcome]:
+    out: list[Outcome] = []
+    while not c.outcomes.empty():
+        out.extend(c.outcomes.get_nowait())
+    return out
+
+
+# --- workers ----------------------------------------------------------------------------
+
+
+def test_a_slow_chunk_hands_its_unstarted_jobs_back():
+    c = core()
+    workers = ThreadWorkers(c, App.for_function(lambda j: time.sleep(0.02)))
+    jobs = [job(i) for i in range(4)]
+    done = workers.fire_chunk(jobs, _Worker(c.flight.new_slot()))
+    assert [o.job for o in done] == jobs[:1]
+    assert workers.work.get_nowait() == jobs[1:] and not workers.fast
+    assert [o.job for o in drain(c)] == jobs[:1]
+
+
+def test_a_hung_handler_times_out_its_worker_is_replaced_and_its_late_result_discarded():
+    release = threading.Event()
+    app = App()
+
+    @app.handler("hang", timeout_s=0.05, max_attempts=3)
+    def hang(j: Job) -> None:
+        release.wait(10)
+
+    @app.handler("ok")
+    def ok(j: Job) -> None:
+        pass
+
+    c = core(PollerConfig(concurrency=2))
+    workers = ThreadWorkers(c, app)
+    workers.start()
+    try:
+        c.flight.dispatched += 4
+        workers.submit([job(0, "hang")])
+        workers.submit([job(1, "hang"), job(2, "ok")])  # j2 waits behind a hung handler
+        workers.submit([job(3, "ok")])
+        wait_until(lambda: c.flight.in_flight() == 0)
+        outcomes = {o.job.job_id: o for o in drain(c)}
+        assert outcomes["j0000"].error == "timed out after 0.05 s" and outcomes["j0000"].retry_at_ms
+        assert outcomes["j0001"].error == "timed out after 0.05 s"
+        assert outcomes["j0002"].ok and outcomes["j0003"].ok
+        assert workers.abandoned_alive == 2 and len(workers.live) == 2
+        assert c.stats.timed_out == 2 and c.failure is None
+        release.set()
+        wait_until(lambda: workers.abandoned_alive == 0)
+        assert c.outcomes.empty(), "a late result of an abandoned handler is discarded"
+    finally:
+        release.set()
+        c.stopping.set()
+        workers.stop()
+        c.stopped.set()
+
+
+def test_more_hung_threads_than_the_cap_fail_the_poller():
+    release = threading.Event()
+    app = App.for_function(lambda j: release.wait(10), timeout_s=0.02)
+    c = core(PollerConfig(concurrency=2, max_abandoned_threads=1))
+    failed: list[str] = []
+    c.on_failure = failed.append
+    workers = ThreadWorkers(c, app)
+    workers.start()
+    try:
+        c.flight.dispatched += 2
+        workers.submit([job(0)])
+        workers.submit([job(1)])
+        wait_until(lambda: bool(failed))
+        assert "2 handler threads hung past their timeouts (the cap is 1)" in (c.failure or "")
+        assert failed == ["worker"]
+    finally:
+        release.set()
+        c.stopped.set()
+
+
+# --- recorder ---------------------------------------------------------------------------
+
+
+def test_the_recorder_lingers_only_while_jobs_are_running():
+    c = core()
+    rec = Recorder(c)
+    t0 = time.monotonic()
+    rec.linger(0.5)
+    assert time.monotonic() - t0 < 0.05, "nothing running: nothing to wait for"
+    c.flight.dispatched = 1  # one job running
+    t0 = time.monotonic()
+    rec.linger(0.15)
+    assert 0.14 <= time.monotonic() - t0 < 0.5
+    for i in range(LINGER_BELOW):
+        c.outcomes.put([Outcome(job(i), True)])
+    t0 = time.monotonic()
+    rec.linger(0.5)
+    assert time.monotonic() - t0 < 0.05, "enough outcomes waiting: write them now"
+
+
+def test_the_recorder_keeps_outcomes_when_the_store_fails():
+    store = FakeStore()
+    c = core(store=store)
+    rec = Recorder(c)
+    c.outcomes.put([Outcome(job(1), True), Outcome(job(2), False, "x", None, True)])
+    store.fail["record_fired"] = StoreUnavailable("down")
+    assert rec.record_outcomes() == -1 and c.store_fault.failing
+    del store.fail["record_fired"]
+    assert rec.record_outcomes() == 2 and not c.store_fault.failing
+    assert store.calls == ["record_fired", "record_dead"] and c.stats.fired == 1 and c.stats.dead == 1
+
+
+# --- the poller: shutdown order and crashes ---------------------------------------------
+
+
+def test_shutdown_finishes_in_flight_then_records_then_checkpoints_then_releases():
+    started = threading.Event()
+    store = FakeStore([job(1)])
+
+    def slow(j: Job) -> None:
+        started.set()
+        time.sleep(0.3)
+
+    poller = Poller(store, App.for_function(slow), config=PollerConfig(check_clock=False))  # type: ignore[arg-type]
+    poller.start([0], epoch=1)
+    assert started.wait(5)
+    poller.stop()
+    writes = [c for c in store.calls if c not in ("read_bucket", "claim_shard")]
+    # (The reader may save checkpoints before: the cursor moves over empty buckets.)
+    assert writes[-3:] == ["record_fired", "save_checkpoint", "release_shard"]
+    assert poller.stats.fired == 1 and poller.failure is None
+
+
+class Boom(BaseException):
+    """Escapes every ``except Exception``, like a bug would."""
+
+
+def _crash_reader(p: Poller, store: FakeStore) -> None:
+    store.fail["read_bucket"] = RuntimeError("boom")
+
+
+def _crash_dispatch(p: Poller, store: FakeStore) -> None:
+    def due_jobs() -> list[Job]:
+        raise RuntimeError("boom")
+    p.dispatcher.due_jobs = due_jobs  # type: ignore[method-assign]
+
+
+def _crash_recorder(p: Poller, store: FakeStore) -> None:
+    store.fail["record_fired"] = RuntimeError("boom")
+
+
+def _raise_boom(j: Job) -> None:
+    raise Boom("boom")
+
+
+@pytest.mark.parametrize("role,inject", [("reader", _crash_reader), ("dispatch", _crash_dispatch),
+                                         ("recorder", _crash_recorder),
+                                         ("worker", None)])  # its handler raises Boom
+def test_a_crash_in_any_thread_fails_the_poller_and_it_stops(role, inject, caplog):
+    store = FakeStore([job(1)])
+    handler = _raise_boom if role == "worker" else (lambda j: None)
+    poller = Poller(store, App.for_function(handler),  # type: ignore[arg-type]
+                    config=PollerConfig(check_clock=False, shutdown_timeout_s=1))
+    if inject is not None:
+        inject(poller, store)
+    with caplog.at_level(logging.ERROR, logger="scheduler.poller"):
+        poller.start([0], epoch=1)
+        assert poller.failed.wait(5)
+        wait_until(lambda: "release_shard" in store.calls)
+    assert poller.failure is not None and f"the {role} thread crashed" in poller.failure
+    crashed = [r for r in caplog.records if getattr(r, "action", None) == "thread_crashed"]
+    assert len(crashed) == 1 and "Traceback" in crashed[0].getMessage()
+    assert poller.state(0) is ShardState.RELEASED and poller.shards == set()
+    if role == "reader":
+        assert "save_checkpoint" not in store.calls, "the reader's state is not trusted"
