@@ -64,7 +64,7 @@ class Dispatcher:
             # Set the flag before looking, so a worker finishing meanwhile wakes us.
             flight.free.clear()
             flight.want = True
-            if flight.in_flight() > flight.cap // 2:
+            if flight.in_flight() > flight.refill_at:
                 flight.free.wait(0.05)
                 flight.want = False
                 continue

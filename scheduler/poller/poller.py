@@ -71,6 +71,8 @@ class Poller:
         self.workers: ThreadWorkers | AsyncWorkers = (AsyncWorkers(core, app) if is_async
                                                       else ThreadWorkers(core, app))
         self.dispatcher = Dispatcher(core, self.workers)
+        if isinstance(self.workers, AsyncWorkers):
+            self.workers.take = self.dispatcher.due_jobs
         self.recorder = Recorder(core)
         self.failed = threading.Event()
         self._wake = threading.Event()  # set to poll before the interval is up

@@ -86,10 +86,11 @@ class Flight:
 
     def __init__(self, cap: int) -> None:
         self.cap = cap  # in flight at most: running handlers plus due jobs queued for them
+        # The dispatcher waits on ``free`` while ``want`` is set and more than this many
+        # are in flight; workers set it once no more are.
+        self.refill_at = cap // 2
         self.dispatched = 0
         self.finished: list[int] = [0]
-        # The dispatcher waits on ``free`` while ``want`` is set; workers set it once
-        # half the cap is free again.
         self.want = False
         self.free = threading.Event()
 
@@ -101,7 +102,7 @@ class Flight:
         return self.dispatched - sum(self.finished)
 
     def some_done(self) -> None:
-        if self.want and self.in_flight() <= self.cap // 2:
+        if self.want and self.in_flight() <= self.refill_at:
             self.free.set()
 
 
