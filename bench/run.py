@@ -129,9 +129,16 @@ def run_all(args: argparse.Namespace, sizes: Sizes) -> tuple[dict[str, Any], dic
         r = poller_bench.lateness(args.host, 1000, sizes.lateness_s, series["lateness"])
         return entry(r["p99_ms"], "ms (p99)", 1000.0, "the 1 s poll interval", "p99 < 50 ms", r["met"], r)
 
+    def async_handlers() -> dict[str, Any]:
+        r = poller_bench.async_handlers(args.host)
+        return entry(r["async_jobs_per_s"], "jobs/s (20,000 x asyncio.sleep(1), concurrency 5,000)",
+                     r["sync_jobs_per_s"], "sync handlers (time.sleep(1)) at concurrency 16",
+                     ">= 4,000 jobs/s, RSS < 300 MB", r["met"], r)
+
     step("enqueue", enqueue)
     step("fire_throughput", fire)
     step("lateness", lateness)
+    step("async_handlers", async_handlers)
 
     # One store holds the far-future backlog for poll cost, RSS and the peer's far set.
     empty = fresh_store(args.host, "bench_empty", SHARDS)

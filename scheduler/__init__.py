@@ -2,7 +2,7 @@
 
 from typing import TYPE_CHECKING
 
-from .client import Client, JobSpec
+from .client import Client
 from .dispatch import App, RetryPolicy
 from .errors import (
     ConfigError,
@@ -14,6 +14,7 @@ from .errors import (
     StoreUnavailable,
     WriteTimeout,
 )
+from .jobspec import JobSpec
 from .model import Job, Status
 
 if TYPE_CHECKING:

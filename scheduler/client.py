@@ -19,13 +19,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from .clock import Clock, SystemClock
 from .errors import ConfigError, InvalidInput, JobNotFound, ResizeRefused, StoreUnavailable, WriteTimeout
+from .jobspec import JobSpec, spec_from_dict
 from .keys import bucket_of_ms, jitter_ms, shard_of
 from .layout import Layout, Layouts, check_resize, mark_end_for
 from .model import Job, Status, check_due, check_job_id, check_kind, encode_payload
@@ -45,17 +45,6 @@ RETRY_S = 10.0
 T = TypeVar("T")
 # Failed writes whose placement a retry reuses (see Client._unsure): about 100 bytes each.
 UNSURE_MAX = 100_000
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    """One job to schedule, as ``schedule`` takes it."""
-
-    job_id: str
-    due_at: datetime
-    kind: str
-    payload: Any = None
-    jitter_s: float = 0.0
 
 
 class Client:
@@ -197,7 +186,7 @@ class Client:
         jobs: list[Job] = []
         seen: set[str] = set()
         for i, raw in enumerate(specs):
-            spec = raw if isinstance(raw, JobSpec) else _spec_from_dict(raw, i)
+            spec = raw if isinstance(raw, JobSpec) else spec_from_dict(raw, i)
             try:
                 job = self.build(spec, now)
             except InvalidInput as exc:
@@ -398,29 +387,3 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _spec_from_dict(raw: dict[str, Any], index: int) -> JobSpec:
-    """A JobSpec from a JSON-lines record: ``id``/``job_id``, ``at``/``due_at``, ``kind``,
-    optional ``payload`` and ``jitter``."""
-    from .model import parse_time
-
-    if not isinstance(raw, dict):
-        raise InvalidInput(f"job #{index + 1}: expected an object, got {type(raw).__name__}")
-    job_id = raw.get("job_id", raw.get("id"))
-    at = raw.get("due_at", raw.get("at"))
-    if not isinstance(at, str | datetime):
-        raise InvalidInput(f"job #{index + 1}: missing due_at (an ISO 8601 time with an offset)")
-    unknown = set(raw) - {"job_id", "id", "due_at", "at", "kind", "payload", "jitter", "jitter_s"}
-    if unknown:
-        raise InvalidInput(f"job #{index + 1}: unknown field(s) {', '.join(sorted(unknown))}")
-    try:
-        due = at if isinstance(at, datetime) else parse_time(at)
-    except InvalidInput as exc:
-        raise InvalidInput(f"job #{index + 1}: {exc}") from None
-    jitter = raw.get("jitter", raw.get("jitter_s", 0.0))
-    if not isinstance(jitter, int | float):
-        raise InvalidInput(f"job #{index + 1}: jitter must be a number of seconds")
-    # id and kind are checked by Client.build, which names the job on error.
-    return JobSpec(job_id=cast(str, job_id), due_at=due, kind=cast(str, raw.get("kind")),
-                   payload=raw.get("payload"), jitter_s=float(jitter))

@@ -18,11 +18,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from .client import Client, JobSpec
+from .client import Client
 from .clock import SystemClock
 from .coord import LocalCoordinator
 from .dispatch import App
 from .fleet import Fleet
+from .jobspec import JobSpec
 from .keys import from_ms
 from .model import Job
 from .poller import Poller, PollerConfig

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from bench.run import FULL, QUICK, entry, markdown
 
-KEYS = ["enqueue", "fire_throughput", "poll_cost_backlog", "poller_rss_backlog", "lateness",
+KEYS = ["enqueue", "fire_throughput", "async_handlers", "poll_cost_backlog", "poller_rss_backlog", "lateness",
         "fleet_scaling", "handover", "peer_postgres"]
 
 
