@@ -121,6 +121,12 @@ class AsyncWorkers:
             handle.cancel()
         if self._expired:
             self._expired.discard(task)
+        # A task ends with an exception only when something escaped ``except Exception``
+        # (a handler raising a BaseException, a bug here): its job would stay in flight
+        # for ever, so the poller fails instead of running half-dead.
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            self.core.fail("event-loop", f"the event-loop thread crashed: {type(exc).__name__}: {exc}",
+                           exc)
 
     def _expire(self, task: asyncio.Task[None]) -> None:
         self._timers[task] = None

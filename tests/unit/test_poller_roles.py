@@ -252,13 +252,26 @@ def _raise_boom(j: Job) -> None:
     raise Boom("boom")
 
 
+async def _async_boom(j: Job) -> None:
+    raise Boom("boom")
+
+
+def _crash_watchdog(p: Poller, store: FakeStore) -> None:
+    def abandon(w: Any) -> None:
+        raise RuntimeError("boom")
+    p.workers._abandon = abandon  # type: ignore[union-attr, method-assign]
+
+
 @pytest.mark.parametrize("role,inject", [("reader", _crash_reader), ("dispatch", _crash_dispatch),
                                          ("recorder", _crash_recorder),
-                                         ("worker", None)])  # its handler raises Boom
+                                         ("watchdog", _crash_watchdog),  # on a timeout
+                                         ("worker", None),  # its handler raises Boom
+                                         ("event-loop", None)])  # its coroutine raises Boom
 def test_a_crash_in_any_thread_fails_the_poller_and_it_stops(role, inject, caplog):
     store = FakeStore([job(1)])
-    handler = _raise_boom if role == "worker" else (lambda j: None)
-    poller = Poller(store, App.for_function(handler),  # type: ignore[arg-type]
+    handler = {"worker": _raise_boom, "event-loop": _async_boom,
+               "watchdog": lambda j: time.sleep(0.5)}.get(role, lambda j: None)
+    poller = Poller(store, App.for_function(handler, timeout_s=0.02),  # type: ignore[arg-type]
                     config=PollerConfig(check_clock=False, shutdown_timeout_s=1))
     if inject is not None:
         inject(poller, store)
