@@ -1,0 +1,140 @@
+"""A schedule's rule: a cron expression or an interval, in a time zone. Pure: no I/O,
+times passed in as epoch milliseconds.
+
+- **Cron**: 5 fields (minute hour day-of-month month day-of-week), or an alias
+  (``@yearly``, ``@annually``, ``@monthly``, ``@weekly``, ``@daily``, ``@midnight``,
+  ``@hourly``), read by cronsim in the schedule's IANA zone. Daylight-saving changes
+  follow Debian cron's rule: a job at a fixed local time fires once when the clocks go
+  back (the first of the two instants) and at the change when they go forward; a job
+  with ``*`` or a step in the minute or hour field fires at every real instant.
+- **Interval**: ``every`` N seconds, anchored at the schedule's start: the nominal
+  times are ``start + k * every``, whatever the zone.
+
+The next nominal time always comes from the previous nominal time (``after``), never
+from now or from when a run completed: no drift.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import lru_cache
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from ..errors import InvalidInput
+
+ALIASES = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+_DURATION = re.compile(r"^\s*([0-9]+)\s*([smhd])\s*$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+# An interval longer than this is surely a typo (and overflows nothing either).
+MAX_EVERY_S = 366 * 86400
+
+
+def parse_duration(text: str, what: str = "duration", *, allow_zero: bool = False) -> int:
+    """Seconds of ``90s``, ``5m``, ``12h`` or ``7d``; ``InvalidInput`` naming ``what``."""
+    m = _DURATION.match(text or "")
+    if not m:
+        raise InvalidInput(f"{what} {text!r} is not a duration: use a whole number with s, m, h "
+                           "or d (e.g. 30s, 5m, 12h, 7d)")
+    seconds = int(m.group(1)) * _UNIT_S[m.group(2)]
+    if seconds == 0 and not allow_zero:
+        raise InvalidInput(f"{what} {text!r} must be longer than zero")
+    return seconds
+
+
+@lru_cache(maxsize=512)
+def zone(name: str) -> ZoneInfo:
+    """The IANA zone ``name``; ``InvalidInput`` for an unknown one."""
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise InvalidInput(f"unknown time zone {name!r}: use an IANA name such as UTC, "
+                           "Europe/Lisbon or America/New_York") from None
+
+
+@dataclass(frozen=True)
+class Rule:
+    """``cron`` (as given: an alias stays an alias) or ``every_s``, never both."""
+
+    cron: str | None = None
+    every_s: int | None = None
+    tz: str = "UTC"
+    anchor_ms: int = 0  # an interval's first nominal time (the schedule's start)
+
+    @classmethod
+    def parse(cls, cron: str | None = None, every: str | int | None = None, tz: str | None = None,
+              anchor_ms: int = 0) -> Rule:
+        """Check and build a rule; ``InvalidInput`` with one line saying what is wrong."""
+        if (cron is None) == (every is None):
+            raise InvalidInput("give exactly one of --cron EXPR or --every DURATION")
+        tz = tz or "UTC"
+        zone(tz)
+        if cron is not None:
+            cron = " ".join(cron.split())
+            _check_cron(cron)
+            return cls(cron=cron, tz=tz)
+        seconds = every if isinstance(every, int) else parse_duration(str(every), "--every")
+        if not 0 < seconds <= MAX_EVERY_S:
+            raise InvalidInput(f"--every must be between 1s and 366d, got {seconds} s")
+        return cls(every_s=seconds, tz=tz, anchor_ms=anchor_ms)
+
+    @property
+    def expression(self) -> str | None:
+        """The cron expression cronsim reads (an alias expanded)."""
+        return None if self.cron is None else ALIASES.get(self.cron.lower(), self.cron)
+
+    def after(self, t_ms: int) -> int:
+        """The first nominal time strictly after ``t_ms`` (epoch ms)."""
+        if self.every_s is not None:
+            step = self.every_s * 1000
+            if t_ms < self.anchor_ms:
+                return self.anchor_ms
+            return self.anchor_ms + ((t_ms - self.anchor_ms) // step + 1) * step
+        from cronsim import CronSim
+
+        start = datetime.fromtimestamp(t_ms / 1000, UTC).astimezone(zone(self.tz))
+        nxt = next(CronSim(self.expression or "", start))
+        return int(nxt.timestamp() * 1000)
+
+    def times(self, after_ms: int, count: int) -> list[int]:
+        """The next ``count`` nominal times after ``after_ms``."""
+        out: list[int] = []
+        t = after_ms
+        for _ in range(count):
+            t = self.after(t)
+            out.append(t)
+        return out
+
+    def latest_at_or_before(self, t_ms: int, since_ms: int) -> int | None:
+        """The last nominal time in ``(since_ms, t_ms]``, or None (walks forward from
+        ``since_ms``; callers bound the span by the catch-up window)."""
+        last = None
+        nxt = self.after(since_ms)
+        while nxt <= t_ms:
+            last = nxt
+            nxt = self.after(nxt)
+        return last
+
+
+def _check_cron(expr: str) -> None:
+    from cronsim import CronSim, CronSimError
+
+    fields = ALIASES.get(expr.lower(), expr).split()
+    if expr.startswith("@") and expr.lower() not in ALIASES:
+        raise InvalidInput(f"cron alias {expr!r} is unknown: use one of {', '.join(ALIASES)}")
+    if len(fields) != 5:
+        raise InvalidInput(f"cron expression {expr!r} has {len(fields)} fields; it needs 5 "
+                           "(minute hour day-of-month month day-of-week) or an alias such as @daily")
+    try:
+        CronSim(" ".join(fields), datetime(2000, 1, 1, tzinfo=UTC))
+    except CronSimError as exc:
+        raise InvalidInput(f"cron expression {expr!r} is not valid: {exc}") from None
