@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import json
+from datetime import UTC, datetime
+from typing import Annotated, Any
 
 import typer
 
-from .cli_common import JsonOpt, app, emit, errors, parse_at
+from .cli_common import JsonOpt, StoreOpt, app, client_for, emit, errors, parse_at
 from .errors import InvalidInput
 
 recurring_app = typer.Typer(no_args_is_help=True, help="Recurring schedules: cron or intervals.")
@@ -43,3 +45,162 @@ def preview(
         times = rule.times(start - 1 if every is not None else start, count)
         shown = [from_ms(t).astimezone(zone(rule.tz)).isoformat() for t in times]
     emit({"fire_times": shown}, as_json, lambda: typer.echo("\n".join(shown)))
+
+
+# --- create and change ------------------------------------------------------------------
+
+KindOpt = Annotated[str | None, typer.Option("--kind", help="The kind every occurrence has.")]
+PayloadOpt = Annotated[str | None, typer.Option("--payload", help="JSON payload of every occurrence.")]
+StartOpt = Annotated[str | None, typer.Option("--start", help="First possible time, ISO 8601 (an "
+                                              "interval is anchored here; default now).")]
+EndOpt = Annotated[str | None, typer.Option("--end", help="No occurrence after this, ISO 8601.")]
+OverlapOpt = Annotated[str | None, typer.Option("--overlap", help="allow (default), skip or buffer_one.")]
+WindowOpt = Annotated[str | None, typer.Option("--catchup-window",
+                                               help="How far back missed times are caught up (1h).")]
+MisfireOpt = Annotated[str | None, typer.Option("--misfire", help="fire_once (default), fire_all or skip.")]
+JitterOpt = Annotated[str | None, typer.Option("--jitter", help="Spread each fire time by up to this.")]
+
+
+def _options(kind: str | None, cron: str | None, every: str | None, tz: str | None, payload: str | None,
+             start: str | None, end: str | None, overlap: str | None, catchup_window: str | None,
+             misfire: str | None, jitter: str | None) -> dict[str, Any]:
+    """The options given on the command line, parsed (``InvalidInput`` on bad ones)."""
+    out: dict[str, Any] = {}
+    if payload is not None:
+        try:
+            out["payload"] = json.loads(payload)
+        except ValueError as exc:
+            raise InvalidInput(f"--payload is not JSON: {exc}") from None
+    for key, value in (("kind", kind), ("cron", cron), ("every", every), ("tz", tz), ("overlap", overlap),
+                       ("catchup_window", catchup_window), ("misfire", misfire), ("jitter", jitter)):
+        if value is not None:
+            out[key] = value
+    for key, value in (("start", start), ("end", end)):
+        if value is not None:
+            out[key] = parse_at(value)
+    return out
+
+
+def _show(client: Any, schedule: Any, as_json: bool) -> None:
+    data = client.recurring.view(schedule)
+    rule = data["cron"] or f"every {data['every_s']}s"
+    emit(data, as_json, lambda: typer.echo(
+        f"{data['schedule_id']}: {data['state']}, {rule} ({data['tz']}), "
+        f"next {data['next_fire_at']}, last {data['last_fired_at']}, skipped {data['skipped']}"))
+
+
+@recurring_app.command("create")
+def create(
+    schedule_id: Annotated[str, typer.Argument(help="The schedule's id.")],
+    cron: CronOpt = None, every: EveryOpt = None, kind: KindOpt = None, payload: PayloadOpt = None,
+    tz: TzOpt = None, start: StartOpt = None, end: EndOpt = None, overlap: OverlapOpt = None,
+    catchup_window: WindowOpt = None, misfire: MisfireOpt = None, jitter: JitterOpt = None,
+    store: StoreOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Create a schedule (the same definition again is a no-op)."""
+    with errors():
+        if kind is None:
+            raise InvalidInput("--kind is required")
+        opts = _options(kind, cron, every, tz, payload, start, end, overlap, catchup_window, misfire, jitter)
+        client = client_for(store)
+        try:
+            _show(client, client.recurring.create(schedule_id, **opts), as_json)
+        finally:
+            client.close()
+
+
+@recurring_app.command("update")
+def update(
+    schedule_id: Annotated[str, typer.Argument(help="The schedule's id.")],
+    cron: CronOpt = None, every: EveryOpt = None, kind: KindOpt = None, payload: PayloadOpt = None,
+    tz: TzOpt = None, start: StartOpt = None, end: EndOpt = None, overlap: OverlapOpt = None,
+    catchup_window: WindowOpt = None, misfire: MisfireOpt = None, jitter: JitterOpt = None,
+    store: StoreOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Change a schedule: a new version; pending occurrences of the old one do not fire."""
+    with errors():
+        opts = _options(kind, cron, every, tz, payload, start, end, overlap, catchup_window, misfire, jitter)
+        if not opts:
+            raise InvalidInput("nothing to change: give at least one option of `recurring create`")
+        client = client_for(store)
+        try:
+            _show(client, client.recurring.update(schedule_id, **opts), as_json)
+        finally:
+            client.close()
+
+
+def _act(action: str, schedule_id: str, store: str | None, as_json: bool) -> None:
+    with errors():
+        client = client_for(store)
+        try:
+            result = getattr(client.recurring, action)(schedule_id)
+            if result is None:
+                emit({"schedule_id": schedule_id, "state": "deleted"}, as_json,
+                     lambda: typer.echo(f"{schedule_id}: deleted"))
+            else:
+                _show(client, result, as_json)
+        finally:
+            client.close()
+
+
+@recurring_app.command("pause")
+def pause(schedule_id: str, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    """Stop firing; the times that fall while paused are never caught up."""
+    _act("pause", schedule_id, store, as_json)
+
+
+@recurring_app.command("resume")
+def resume(schedule_id: str, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    """Fire again from the next time after now."""
+    _act("resume", schedule_id, store, as_json)
+
+
+@recurring_app.command("delete")
+def delete(schedule_id: str, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    """Delete: nothing of the schedule fires after this."""
+    _act("delete", schedule_id, store, as_json)
+
+
+# --- views ------------------------------------------------------------------------------
+
+
+@recurring_app.command("get")
+def get(schedule_id: str, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    """One schedule: its rule, state, next and last fire times, skipped count."""
+    with errors():
+        client = client_for(store)
+        try:
+            _show(client, client.recurring.get(schedule_id), as_json)
+        finally:
+            client.close()
+
+
+@recurring_app.command("list")
+def list_(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    """Every schedule, with its next and last fire times in its zone and in UTC."""
+    with errors():
+        client = client_for(store)
+        try:
+            rows = [client.recurring.view(s) for s in client.recurring.list()]
+        finally:
+            client.close()
+
+    def human() -> None:
+        from rich.console import Console
+        from rich.table import Table
+
+        def both(iso: str | None) -> str:
+            if iso is None:
+                return "-"
+            return f"{iso}\n{datetime.fromisoformat(iso).astimezone(UTC).isoformat()}"
+
+        table = Table(title=f"{len(rows)} recurring schedules")
+        for col in ("schedule", "state", "rule", "tz", "next (zone / UTC)", "last (zone / UTC)", "skipped"):
+            table.add_column(col)
+        for r in rows:
+            rule = r["cron"] or f"every {r['every_s']}s"
+            table.add_row(r["schedule_id"], r["state"], rule, r["tz"], both(r["next_fire_at"]),
+                          both(r["last_fired_at"]), str(r["skipped"]))
+        Console().print(table)
+
+    emit(rows, as_json, human)

@@ -190,6 +190,9 @@ class Outcome(NamedTuple):
     retry_at_ms: int | None = None  # set when the job is to be retried
     dead: bool = False
     started_ms: int = 0  # when the handler was called, by the poller's clock
+    # An occurrence of a recurring schedule that did not run: "wait" (placed again at
+    # ``retry_at_ms``, its attempts unchanged) or why it was skipped.
+    skip: str | None = None
 
 
 def failed(route: Route, job: Job, error: str, started_ms: int, now_ms: int,

@@ -35,6 +35,14 @@ class JobNotFound(SchedulerError, LookupError):
     """No job has that id."""
 
 
+class ScheduleNotFound(SchedulerError, LookupError):
+    """No recurring schedule has that id (or it was deleted)."""
+
+
+class ScheduleConflict(SchedulerError):
+    """A schedule with that id exists with another definition, or changed meanwhile."""
+
+
 class ResizeRefused(SchedulerError):
     """A shard-count change was refused; the message names the earliest allowed cutover."""
 

@@ -76,6 +76,11 @@ class PollerMetrics:
         self.abandoned_threads = Gauge("scheduler_abandoned_threads",
                                        "Worker threads of timed-out handlers not returned yet",
                                        registry=r)
+        self.recurring_fired = Counter("scheduler_recurring_fired",
+                                       "Occurrences of recurring schedules fired", registry=r)
+        self.recurring_skipped = Counter("scheduler_recurring_skipped",
+                                         "Occurrences skipped: overlap, misfire, paused, superseded",
+                                         ["reason"], registry=r)
         self.stepped_out = Gauge("scheduler_fleet_stepped_out",
                                  "1 while this poller has left the fleet because the store fails",
                                  registry=r)

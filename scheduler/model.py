@@ -17,6 +17,10 @@ from .keys import from_ms, to_ms
 
 MAX_JOB_ID_BYTES = 256
 DEFAULT_MAX_PAYLOAD_BYTES = 64 * 1024
+# Ids of the occurrences of recurring schedules: recurring:<schedule>:<version>:<nominal
+# ms>. Reserved: a one-shot job's id cannot start with it.
+OCCURRENCE_PREFIX = "recurring:"
+
 # The kind of a row that could not be read as a job: no producer can write it (it fails
 # KIND_RE), and the poller dead-letters it with the reason in ``last_error``.
 POISON_KIND = "!poison"
@@ -77,6 +81,18 @@ class Job(NamedTuple):
         """The payload as given to ``schedule``: bytes, or the decoded JSON value."""
         return json.loads(self.data) if self.data_json else self.data
 
+    @property
+    def schedule_id(self) -> str | None:
+        """The recurring schedule this job is an occurrence of; None for a one-shot job."""
+        occ = parse_occurrence(self.job_id)
+        return None if occ is None else occ[0]
+
+    @property
+    def scheduled_for(self) -> datetime | None:
+        """An occurrence's nominal time (before jitter); None for a one-shot job."""
+        occ = parse_occurrence(self.job_id)
+        return None if occ is None else from_ms(occ[2])
+
     def evolve(self, **changes: Any) -> Job:
         return self._replace(**changes)
 
@@ -97,9 +113,23 @@ class Job(NamedTuple):
 
 
 
+def parse_occurrence(job_id: str) -> tuple[str, int, int] | None:
+    """``(schedule id, version, nominal ms)`` of an occurrence's id, else None."""
+    if not job_id.startswith(OCCURRENCE_PREFIX):
+        return None
+    head, _, nominal = job_id.rpartition(":")
+    sid, _, version = head.rpartition(":")
+    if not (nominal.isdigit() and version.isdigit()) or len(sid) <= len(OCCURRENCE_PREFIX):
+        return None
+    return sid[len(OCCURRENCE_PREFIX):], int(version), int(nominal)
+
+
 def check_job_id(job_id: object) -> str:
     if not isinstance(job_id, str) or not job_id:
         raise InvalidInput("job id must be a non-empty string")
+    if job_id.startswith(OCCURRENCE_PREFIX):
+        raise InvalidInput(f"job ids starting with {OCCURRENCE_PREFIX!r} are reserved for the "
+                           "occurrences of recurring schedules; use another id")
     try:
         size = len(job_id.encode("utf-8"))
     except UnicodeEncodeError:

@@ -97,3 +97,30 @@ SELECT job_id, kind, due_at, attempts, error, died_at FROM dead_letters WHERE pa
 
 -- name: delete_dead_letter
 DELETE FROM dead_letters WHERE part = ? AND job_id = ?;
+
+-- name: insert_schedule
+INSERT OR IGNORE INTO schedules (schedule_id, version, state, kind, payload, payload_json, cron, every_s,
+    tz, anchor_ms, start_ms, end_ms, overlap, misfire, catchup_window_s, jitter_s, created_ms, updated_ms)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: replace_schedule
+UPDATE schedules SET version = ?, state = ?, kind = ?, payload = ?, payload_json = ?, cron = ?,
+    every_s = ?, tz = ?, anchor_ms = ?, start_ms = ?, end_ms = ?, overlap = ?, misfire = ?,
+    catchup_window_s = ?, jitter_s = ?, created_ms = ?, updated_ms = ?
+WHERE schedule_id = ? AND version = ?;
+
+-- name: select_schedule
+SELECT schedule_id, version, state, kind, payload, payload_json, cron, every_s, tz, anchor_ms, start_ms,
+       end_ms, overlap, misfire, catchup_window_s, jitter_s, created_ms, updated_ms, skipped
+FROM schedules WHERE schedule_id = ?;
+
+-- name: select_schedules
+SELECT schedule_id, version, state, kind, payload, payload_json, cron, every_s, tz, anchor_ms, start_ms,
+       end_ms, overlap, misfire, catchup_window_s, jitter_s, created_ms, updated_ms, skipped
+FROM schedules ORDER BY schedule_id;
+
+-- name: add_skipped
+UPDATE schedules SET skipped = skipped + ? WHERE schedule_id = ?;
+
+-- name: record_skipped
+UPDATE jobs SET status = 'cancelled', last_error = ?, fired_at = ? WHERE job_id = ?;

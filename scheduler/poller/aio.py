@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 
 from ..dispatch import App, Outcome, Route, failed, failure, refused
-from ..model import Job
+from ..model import OCCURRENCE_PREFIX, Job
 from .shared import Core
 
 
@@ -54,6 +54,9 @@ class AsyncWorkers:
     def fire_inline(self, jobs: list[Job]) -> list[Outcome]:
         """Run handlers to completion in the caller's thread, on a loop of its own."""
         async def one(job: Job) -> Outcome:
+            gate = self.core.gate
+            if gate is not None and (skipped := gate(job)) is not None:
+                return skipped
             route = self.app.resolve(job.kind)
             if isinstance(route, str):
                 return refused(route, job, self.core.clock.now_ms())
@@ -139,8 +142,13 @@ class AsyncWorkers:
             core.requeue([job], self.slot)  # ownership in doubt: do not fire
             return
         now_ms = core.clock.now_ms
+        skipped = None
+        if core.gate is not None and job.job_id.startswith(OCCURRENCE_PREFIX):
+            skipped = await self.loop.run_in_executor(None, core.gate, job)
         started = now_ms()
-        if isinstance(route, str):
+        if skipped is not None:
+            outcome = skipped
+        elif isinstance(route, str):
             outcome = refused(route, job, started)
         else:
             try:

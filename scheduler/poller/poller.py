@@ -44,6 +44,7 @@ from ..store import Store
 from .aio import AsyncWorkers
 from .config import PollerConfig, PollerStats
 from .dispatcher import Dispatcher
+from .occurrences import Occurrences
 from .reader import Reader
 from .recorder import Recorder
 from .shared import Core, OwnedShard, ShardState
@@ -67,7 +68,9 @@ class Poller:
         core = self.core = Core(store, self.clock, self.config, self.name, self.metrics, self.meta)
         core.on_failure = self._on_failure
         self.metrics.store_failing.set_function(core.store_fault.failing_for)
-        self.reader = Reader(core, on_lost=self.lose)
+        self.occurrences = Occurrences(core)
+        core.gate = self.occurrences.gate
+        self.reader = Reader(core, on_lost=self.lose, on_rows=self.occurrences.write_successors)
         self.workers: ThreadWorkers | AsyncWorkers = (AsyncWorkers(core, app) if is_async
                                                       else ThreadWorkers(core, app))
         self.dispatcher = Dispatcher(core, self.workers)

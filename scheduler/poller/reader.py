@@ -16,6 +16,7 @@ from .. import skew
 from ..errors import OwnershipLost, SchedulerError
 from ..faults import Backoff
 from ..layout import Layouts
+from ..model import Job
 from .config import max_prefetch_ms
 from .shared import Core, OwnedShard, ShardState
 
@@ -23,9 +24,13 @@ log = logging.getLogger("scheduler.poller")
 
 
 class Reader:
-    def __init__(self, core: Core, on_lost: Callable[[int, str], None]) -> None:
+    def __init__(self, core: Core, on_lost: Callable[[int, str], None],
+                 on_rows: Callable[[list[Job]], None] | None = None) -> None:
         self.core = core
         self.on_lost = on_lost
+        # Called with the due rows of each read before it is applied (recurring
+        # occurrences write their successors); an error fails the poll.
+        self.on_rows = on_rows
         limit = max_prefetch_ms(core.meta)
         prefetch = core.config.prefetch_s
         self.prefetch_ms = limit if prefetch is None else min(int(prefetch * 1000), limit)
@@ -97,6 +102,8 @@ class Reader:
                 # fire record that raced a cancel, needs nothing more.
                 if row.fired_ms is None and row.kind:
                     due.append(row)
+            if due and self.on_rows is not None:
+                self.on_rows(due)
             with core.cond:
                 if core.shards.get(shard) is not st or not st.reading:
                     return queued

@@ -17,7 +17,8 @@ from ..dispatch import Outcome
 from ..errors import SchedulerError
 from ..faults import Backoff
 from ..keys import bucket_of_ms, shard_of
-from ..model import Job
+from ..model import OCCURRENCE_PREFIX, Job
+from .occurrences import WAIT
 from .shared import Core
 
 log = logging.getLogger("scheduler.poller")
@@ -49,13 +50,17 @@ class Recorder:
         # One pass sorts the batch; with a fast handler this runs once per job fired.
         fired: list[Job] = []
         failed: list[Outcome] = []
+        skipped: list[Outcome] = []
         lateness: list[float] = []
         for o in batch:
-            lateness.append(max(0, o.started_ms - o.job.due_ms) / 1000)
             if o.ok:
                 fired.append(o.job)
+            elif o.skip is not None:
+                skipped.append(o)
+                continue
             else:
                 failed.append(o)
+            lateness.append(max(0, o.started_ms - o.job.due_ms) / 1000)
         store = core.store
         try:
             if fired:
@@ -65,6 +70,14 @@ class Recorder:
                     store.record_dead(o.job, o.error or "", now)
                 elif o.retry_at_ms is not None:
                     store.record_retry(o.job, self.retry_job(o.job, o.retry_at_ms), o.error or "", now)
+            for o in skipped:
+                if o.skip == WAIT and o.retry_at_ms is not None:
+                    store.record_retry(o.job, self.retry_job(o.job, o.retry_at_ms, attempt=False),
+                                       o.error or "", now)
+                else:
+                    store.record_skipped(o.job, o.error or "", now)
+                    if (sid := o.job.schedule_id) is not None:
+                        store.add_skipped(sid, 1)
         except SchedulerError as exc:
             core.store_fault.failed(f"recording {len(batch)} outcomes (kept, retried): {exc}")
             core.outcomes.put(batch)
@@ -80,12 +93,17 @@ class Recorder:
                     st.progress.complete(job.bucket, (job.fire_ms, job.job_id))
             core.cond.notify_all()
         self._count(fired, failed, lateness)
+        for o in skipped:
+            if o.skip != WAIT:
+                core.metrics.recurring_skipped.labels(o.skip).inc()
         return len(batch)
 
     def _count(self, fired: list[Job], failed: list[Outcome], lateness: list[float]) -> None:
         core = self.core
         metrics, stats = core.metrics, core.stats
         metrics.lateness.observe_many(lateness)
+        if recurring := sum(1 for job in fired if job.job_id.startswith(OCCURRENCE_PREFIX)):
+            metrics.recurring_fired.inc(recurring)
         kinds = {job.kind for job in fired}
         if len(kinds) == 1:
             metrics.fired.labels(kinds.pop()).inc(len(fired))
@@ -104,14 +122,15 @@ class Recorder:
                 stats.retried += 1
                 metrics.retries.labels(o.job.kind).inc()
 
-    def retry_job(self, job: Job, retry_at_ms: int) -> Job:
-        """The retry's placement: the late-write rule and its bucket's layout apply."""
+    def retry_job(self, job: Job, retry_at_ms: int, attempt: bool = True) -> Job:
+        """The retry's placement: the late-write rule and its bucket's layout apply.
+        ``attempt``: count a failed attempt (not for an occurrence that waits)."""
         core = self.core
         fire = max(retry_at_ms, core.clock.now_ms() + core.meta.late_margin_ms)
         bucket = bucket_of_ms(fire, core.meta.bucket_width_s)
         count = core.layouts().write_layout(bucket).shard_count
         return job.evolve(fire_ms=fire, bucket=bucket, shard=shard_of(job.job_id, count),
-                          attempts=job.attempts + 1)
+                          attempts=job.attempts + (1 if attempt else 0))
 
     def run(self) -> None:
         """The recorder thread's body, until the poller has stopped."""

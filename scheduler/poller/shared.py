@@ -129,6 +129,9 @@ class Core:
         self.paused_reason: str | None = None  # why firing is refused (clock skew)
         # Set by a fleet: False while the coordinator cannot vouch for our ownership.
         self.lease: Callable[[], bool] = lambda: True
+        # Recurring occurrences: None to fire, or the outcome of a skip or a wait (see
+        # occurrences.py). Set by the poller.
+        self.gate: Callable[[Job], Outcome | None] | None = None
         self.failure: str | None = None
         self.on_failure: Callable[[str], None] = lambda role: None
         self._failure_lock = threading.Lock()

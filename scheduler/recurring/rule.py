@@ -105,6 +105,25 @@ class Rule:
         nxt = next(CronSim(self.expression or "", start))
         return int(nxt.timestamp() * 1000)
 
+    def back(self, t_ms: int, k: int = 1) -> int | None:
+        """The ``k``-th latest nominal time at or before ``t_ms`` (1: the latest), or
+        None when there is none (before an interval's anchor)."""
+        if self.every_s is not None:
+            if t_ms < self.anchor_ms:
+                return None
+            step = self.every_s * 1000
+            kth = self.anchor_ms + (t_ms - self.anchor_ms) // step * step - (k - 1) * step
+            return kth if kth >= self.anchor_ms else None
+        from cronsim import CronSim
+
+        # cronsim's reverse walk yields times strictly before its start.
+        start = datetime.fromtimestamp(t_ms / 1000 + 1, UTC).astimezone(zone(self.tz))
+        it = CronSim(self.expression or "", start.replace(microsecond=0), reverse=True)
+        t: int | None = None
+        for _ in range(k):
+            t = int(next(it).timestamp() * 1000)
+        return t
+
     def times(self, after_ms: int, count: int) -> list[int]:
         """The next ``count`` nominal times after ``after_ms``."""
         out: list[int] = []
@@ -114,15 +133,6 @@ class Rule:
             out.append(t)
         return out
 
-    def latest_at_or_before(self, t_ms: int, since_ms: int) -> int | None:
-        """The last nominal time in ``(since_ms, t_ms]``, or None (walks forward from
-        ``since_ms``; callers bound the span by the catch-up window)."""
-        last = None
-        nxt = self.after(since_ms)
-        while nxt <= t_ms:
-            last = nxt
-            nxt = self.after(nxt)
-        return last
 
 
 def _check_cron(expr: str) -> None:

@@ -16,8 +16,9 @@ from ..keys import DEFAULT_BUCKET_WIDTH_S, DEFAULT_SHARD_COUNT
 from ..layout import Layout, Layouts
 from ..model import Job, Status
 from ..progress import Checkpoint, Key
+from ..recurring.schedule import Schedule
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # A producer pushes a job's fire time to at least now + late margin, so it lands
 # ahead of any poller's read cursor: a poller reads at most late_margin - 2 * max_skew
@@ -240,6 +241,40 @@ class Store(ABC):
     @abstractmethod
     def delete_dead_letter(self, job_id: str) -> None:
         """Remove a dead letter (after a replay)."""
+
+    # --- recurring schedules ------------------------------------------------------
+
+    @abstractmethod
+    def insert_schedule(self, schedule: Schedule) -> bool:
+        """Create the schedule's row unless one exists (a lightweight transaction in
+        Cassandra); False when it exists."""
+
+    @abstractmethod
+    def replace_schedule(self, schedule: Schedule, expected_version: int) -> bool:
+        """Overwrite the row if its version is still ``expected_version``; False when
+        another change came first (nothing is written)."""
+
+    @abstractmethod
+    def get_schedules(self, schedule_ids: Sequence[str]) -> dict[str, Schedule]:
+        """The rows of the schedules that exist, by id (``skipped`` is 0: see
+        ``skipped``). One round trip per id at most, concurrently."""
+
+    @abstractmethod
+    def list_schedules(self) -> list[Schedule]:
+        """Every schedule row, deleted ones included."""
+
+    @abstractmethod
+    def skipped(self, schedule_id: str) -> int:
+        """How many occurrences of the schedule were skipped."""
+
+    @abstractmethod
+    def add_skipped(self, schedule_id: str, n: int) -> None:
+        """Count ``n`` more skipped occurrences (a counter: not idempotent)."""
+
+    @abstractmethod
+    def record_skipped(self, job: Job, reason: str, now_ms: int) -> None:
+        """Mark an occurrence's row complete without firing it, and its job cancelled
+        with ``reason``, atomically."""
 
     @abstractmethod
     def close(self) -> None:

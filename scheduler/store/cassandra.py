@@ -33,6 +33,7 @@ from .base import (
 from .cbind import FastBinder
 from .cconf import CassandraUrl, dt_ms, replication_map, translate
 from .cpolicy import IdempotentRetryPolicy, reconnection_policy
+from .cschedules import CassandraSchedules
 from .rows import (
     bucket_key,
     bucket_params,
@@ -43,12 +44,13 @@ from .rows import (
 )
 
 READ_GROUP = 64
+NOT_IDEMPOTENT = frozenset({"add_skipped"})
 # Bucket-row batches stay under Cassandra's default 5 KiB batch warning threshold.
 BATCH_BYTES = 4096
 BATCH_ROWS = 50
 
 
-class CassandraStore(Store):
+class CassandraStore(CassandraSchedules, Store):
     def __init__(self, url: str, *, concurrency: int = 128, request_timeout_s: float = 10.0,
                  connect_timeout_s: float = 5.0) -> None:
         from cassandra import ConsistencyLevel
@@ -106,9 +108,9 @@ class CassandraStore(Store):
                         f"({exc.summary if hasattr(exc, 'summary') else exc}); "
                         f"run `scheduler schema apply --store {self.url}`"
                     ) from None
-                # Everything but a lightweight transaction is an upsert or a delete of
-                # fixed values: safe to send twice (see cpolicy).
-                stmt.is_idempotent = " IF " not in text.upper()
+                # Everything but a lightweight transaction or a counter is an upsert or
+                # a delete of fixed values: safe to send twice (see cpolicy).
+                stmt.is_idempotent = " IF " not in text.upper() and name not in NOT_IDEMPOTENT
                 self._prepared[name] = stmt
         return stmt
 

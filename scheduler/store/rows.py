@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..model import POISON_KIND, Job, Status
+from ..recurring.rule import Rule
+from ..recurring.schedule import Misfire, Overlap, Schedule, State
 
 
 def job_from_row(row: Any, to_ms: Any = int) -> Job:
@@ -87,3 +89,23 @@ def meta_items(options: Any, origin_bucket: int) -> list[tuple[str, str]]:
         ("max_skew_ms", str(options.max_skew_ms)),
         ("origin_bucket", str(origin_bucket)),
     ]
+
+
+def schedule_params(s: Schedule) -> tuple[Any, ...]:
+    """Parameters of ``insert_schedule`` (and ``replace_schedule``'s SET list)."""
+    r = s.rule
+    return (s.schedule_id, s.version, str(s.state), s.kind, s.payload, s.payload_json, r.cron, r.every_s,
+            r.tz, r.anchor_ms, s.start_ms, s.end_ms, str(s.overlap), str(s.misfire), s.catchup_window_s,
+            s.jitter_s, s.created_ms, s.updated_ms)
+
+
+def schedule_from_row(row: Any, skipped: int = 0) -> Schedule:
+    """A Schedule from ``select_schedule``'s column order."""
+    (sid, version, state, kind, payload, payload_json, cron, every_s, tz, anchor_ms, start_ms, end_ms,
+     overlap, misfire, window, jitter, created, updated) = row[:18]
+    rule = Rule(cron=cron, every_s=None if every_s is None else int(every_s), tz=tz or "UTC",
+                anchor_ms=int(anchor_ms or 0))
+    return Schedule(sid, kind, rule, bytes(payload or b""), bool(payload_json),
+                    None if start_ms is None else int(start_ms), None if end_ms is None else int(end_ms),
+                    Overlap(overlap), Misfire(misfire), int(window), int(jitter), int(version),
+                    State(state), int(created or 0), int(updated or 0), skipped)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from scheduler.keys import bucket_of_ms
 from scheduler.model import Job
 from scheduler.store import SchemaOptions, Store
+from scheduler.store.base import SCHEMA_VERSION
 
 T0_MS = 1_800_000_000_000
 
@@ -17,7 +18,7 @@ def row(job_id: str, fire_ms: int, shard: int = 0) -> Job:
 def test_apply_is_idempotent_and_keeps_settings(store: Store):
     meta = store.meta()
     res = store.apply_schema(SchemaOptions(shard_count=99), T0_MS + 10**9)
-    assert not res.created and res.from_version == res.to_version == 1
+    assert not res.created and res.from_version == res.to_version == SCHEMA_VERSION
     assert store.meta() == meta
     assert [lay.shard_count for lay in store.layouts()] == [16]
 

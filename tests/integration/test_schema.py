@@ -6,6 +6,7 @@ import pytest
 
 from scheduler.errors import ConfigError, SchemaError
 from scheduler.store import SchemaOptions, open_store
+from scheduler.store.base import SCHEMA_VERSION
 from scheduler.store.cassandra import CassandraStore
 from scheduler.store.cconf import replication_map
 from tests.conftest import cassandra_url
@@ -17,10 +18,10 @@ def test_apply_creates_records_version_and_is_idempotent(cassandra_keyspace):
     store = open_store(cassandra_url(cassandra_keyspace))
     try:
         first = store.apply_schema(SchemaOptions(shard_count=8, bucket_width_s=30), T0_MS)
-        assert first.created and first.from_version == 0 and first.to_version == 1
+        assert first.created and first.from_version == 0 and first.to_version == SCHEMA_VERSION
         assert first.meta.bucket_width_s == 30 and first.meta.origin_bucket == T0_MS // 1000
         again = store.apply_schema(SchemaOptions(shard_count=8, bucket_width_s=30), T0_MS + 5000)
-        assert not again.created and again.from_version == 1
+        assert not again.created and again.from_version == SCHEMA_VERSION
         assert [lay.shard_count for lay in store.layouts()] == [8]
         with pytest.raises(ConfigError, match="uses 30s buckets"):
             store.apply_schema(SchemaOptions(bucket_width_s=60), T0_MS)

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from scheduler.store.base import SCHEMA_VERSION
+
 
 def run(*args: str, store: str | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCHEDULER_")}
@@ -24,7 +26,7 @@ def store(tmp_path: Path) -> str:
     url = f"sqlite:///{tmp_path}/cli.db"
     res = run("schema", "apply", "--json", store=url)
     assert res.returncode == 0, res.stderr
-    assert json.loads(res.stdout)["version"] == 1
+    assert json.loads(res.stdout)["version"] == SCHEMA_VERSION
     return url
 
 

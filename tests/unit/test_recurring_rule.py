@@ -65,7 +65,16 @@ def test_intervals_are_anchored_at_the_start_and_never_drift():
     assert rule.after(anchor + 299_999) == anchor + 300_000
     late = anchor + 3 * 300_000 + 12_345  # however late a run completes
     assert (rule.after(late) - anchor) % 300_000 == 0
-    assert rule.latest_at_or_before(late, anchor) == anchor + 3 * 300_000
+    assert rule.back(late) == anchor + 3 * 300_000 and rule.back(late, 2) == anchor + 2 * 300_000
+    assert rule.back(anchor - 1) is None and rule.back(anchor + 1, 2) is None
+
+
+def test_cron_walks_back():
+    rule = Rule.parse(cron="30 2 * * *", tz="Europe/Berlin")
+    t = ms(2026, 10, 26, 2, 30, tz="Europe/Berlin")
+    assert rule.back(t) == t, "at or before"
+    assert local([rule.back(t - 1) or 0, rule.back(t, 3) or 0], "Europe/Berlin") == [
+        "2026-10-25T02:30:00+02:00", "2026-10-24T02:30:00+02:00"]
 
 
 def test_aliases_and_zones():

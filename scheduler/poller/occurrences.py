@@ -1,0 +1,94 @@
+"""The poller's side of recurring schedules (the rules are in ``recurring/chain.py``):
+
+- ``write_successors``, in the reader, for each occurrence read: write the next one
+  before the read is applied, so it exists before this one's handler can run, and a
+  crash before this one is recorded makes the next owner read it and write it again.
+- ``gate``, in a worker, just before the handler: read the schedule as it is now and
+  fire, skip (superseded, paused, misfire, overlap) or let the occurrence wait.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..dispatch import Outcome
+from ..errors import SchedulerError
+from ..model import OCCURRENCE_PREFIX, Job, Status
+from ..recurring import chain
+from ..recurring.schedule import Overlap, occurrence_id, parse_occurrence
+from .shared import Core
+
+if TYPE_CHECKING:
+    from ..client import Client
+
+BUFFERED = "buffered: waiting for the previous run"
+# How soon a waiting occurrence (buffer_one, or a schedule that could not be read) is
+# dispatched again.
+WAIT_MS = 1000
+WAIT = "wait"
+
+
+class Occurrences:
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self._client: Client | None = None
+
+    @property
+    def client(self) -> Client:
+        """Placement and writes as a producer does them (layout marks, late writes)."""
+        if self._client is None:
+            from ..client import Client
+
+            self._client = Client(self.core.store, clock=self.core.clock, retry_s=0)
+        return self._client
+
+    def write_successors(self, rows: list[Job]) -> None:
+        """Write the next occurrence of every occurrence among ``rows``. A store error
+        propagates: the read is not applied and is done again."""
+        occs = [(row, occ) for row in rows
+                if row.job_id.startswith(OCCURRENCE_PREFIX) and (occ := parse_occurrence(row.job_id))]
+        if not occs:
+            return
+        core = self.core
+        schedules = core.store.get_schedules([occ.schedule_id for _, occ in occs])
+        now = core.clock.now_ms()
+        jobs: dict[str, Job] = {}
+        for _, occ in occs:
+            s = schedules.get(occ.schedule_id)
+            for nominal in chain.successors(s, occ, now):
+                assert s is not None
+                job = self.client.place_occurrence(s, nominal, now)
+                jobs[job.job_id] = job
+        self.client.write_jobs(list(jobs.values()))
+
+    def gate(self, job: Job) -> Outcome | None:
+        """None to fire ``job`` now; else the outcome of skipping it or letting it wait.
+        When the store cannot be read, the occurrence waits: firing one that may have
+        been deleted is not safe."""
+        occ = parse_occurrence(job.job_id)
+        if occ is None:
+            return None
+        core = self.core
+        store = core.store
+        now = core.clock.now_ms()
+        try:
+            s = store.get_schedules([occ.schedule_id]).get(occ.schedule_id)
+            previous = chain.Previous.DONE
+            if s is not None and s.overlap is not Overlap.ALLOW and chain.current(s, occ):
+                prev = s.rule.back(occ.nominal_ms - 1)
+                if prev is not None:
+                    pid = occurrence_id(occ.schedule_id, occ.version, prev)
+                    pj = store.get_many([pid]).get(pid)
+                    if pj is not None and pj.status is Status.PENDING:
+                        waiting = (pj.last_error or "").startswith(BUFFERED)
+                        previous = chain.Previous.WAITING if waiting else chain.Previous.RUNNING
+        except SchedulerError as exc:
+            core.store_fault.failed(exc)
+            return Outcome(job, False, f"waiting: the schedule could not be read ({exc})",
+                           now + WAIT_MS, False, now, WAIT)
+        d = chain.decide(s, occ, now, previous)
+        if d.fire:
+            return None
+        if d.wait:
+            return Outcome(job, False, BUFFERED, now + WAIT_MS, False, now, WAIT)
+        return Outcome(job, False, f"skipped: {d.skip}", None, False, now, str(d.skip))

@@ -1,0 +1,218 @@
+"""The recurring-schedule operations of the client library (``Client.recurring``).
+
+Every call validates all of its input first: bad input raises ``InvalidInput`` and
+writes nothing. A change is fenced by the schedule's version (a lightweight transaction
+in Cassandra), so two concurrent changes cannot both win (``ScheduleConflict``).
+
+``create`` and ``update`` write the first occurrence of the (new) version; the poller
+writes every later one from the previous one. ``delete`` keeps the row as ``deleted``
+with a bumped version: its pending occurrences are superseded (none fires), and a
+schedule created again under the same id starts a fresh chain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ScheduleConflict, ScheduleNotFound
+from ..model import Status, check_kind, encode_payload
+from .rule import Rule, parse_duration
+from .schedule import (
+    DEFAULT_CATCHUP_WINDOW_S,
+    Misfire,
+    Overlap,
+    Schedule,
+    State,
+    aware_ms,
+    check_jitter,
+    check_schedule_id,
+    check_window,
+    choice,
+    occurrence_id,
+)
+
+if TYPE_CHECKING:
+    from ..client import Client
+
+_UNSET: Any = object()
+# How many past nominal times ``view`` looks through for the last one that fired.
+LAST_FIRED_LOOKBACK = 10
+
+
+def _seconds(value: str | int, flag: str, allow_zero: bool = False) -> int:
+    return value if isinstance(value, int) else parse_duration(value, flag, allow_zero=allow_zero)
+
+
+class Recurring:
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.store = client.store
+        self.clock = client.clock
+
+    # --- building -------------------------------------------------------------------
+
+    def _build(self, schedule_id: str, base: Schedule | None, *, kind: Any, cron: Any, every: Any,
+               tz: Any, payload: Any, start: Any, end: Any, overlap: Any, misfire: Any,
+               catchup_window: Any, jitter: Any) -> Schedule:
+        """A validated schedule from the options given (unset ones from ``base``)."""
+        now = self.clock.now_ms()
+        check_schedule_id(schedule_id)
+        kind = check_kind(base.kind if kind is _UNSET and base is not None else kind)
+        start_ms = (base.start_ms if base else None) if start is _UNSET else aware_ms(start, "--start")
+        end_ms = (base.end_ms if base else None) if end is _UNSET else aware_ms(end, "--end")
+        check_window(start_ms, end_ms)
+        if cron is _UNSET and every is _UNSET and base is not None:
+            rule = Rule.parse(base.rule.cron, base.rule.every_s, base.rule.tz if tz is _UNSET else tz,
+                              base.rule.anchor_ms if start is _UNSET else (start_ms or now))
+        else:
+            anchor = start_ms if start_ms is not None else (
+                base.rule.anchor_ms if base is not None and base.rule.every_s else now)
+            rule = Rule.parse(None if cron is _UNSET else cron, None if every is _UNSET else every,
+                              (base.rule.tz if base else None) if tz is _UNSET else tz, anchor)
+        if payload is _UNSET:
+            data, is_json = (base.payload, base.payload_json) if base else (b"null", True)
+        else:
+            data, is_json = encode_payload(payload, self.client.max_payload_bytes)
+
+        def pick(value: Any, attr: str, default: Any) -> Any:
+            return (getattr(base, attr) if base else default) if value is _UNSET else value
+
+        return Schedule(
+            schedule_id=schedule_id, kind=kind, rule=rule, payload=data, payload_json=is_json,
+            start_ms=start_ms, end_ms=end_ms,
+            overlap=choice(Overlap, pick(overlap, "overlap", Overlap.ALLOW), "--overlap"),
+            misfire=choice(Misfire, pick(misfire, "misfire", Misfire.FIRE_ONCE), "--misfire"),
+            catchup_window_s=_seconds(pick(catchup_window, "catchup_window_s", DEFAULT_CATCHUP_WINDOW_S),
+                                      "--catchup-window", allow_zero=True),
+            jitter_s=check_jitter(_seconds(pick(jitter, "jitter_s", 0), "--jitter", allow_zero=True)),
+            version=base.version if base else 1, state=base.state if base else State.ACTIVE,
+            created_ms=base.created_ms if base else now, updated_ms=now)
+
+    # --- changes --------------------------------------------------------------------
+
+    def create(self, schedule_id: str, *, kind: str, cron: str | None = None, every: str | int | None = None,
+               tz: str | None = None, payload: Any = None, start: datetime | None = None,
+               end: datetime | None = None, overlap: str = "allow", misfire: str = "fire_once",
+               catchup_window: str | int = DEFAULT_CATCHUP_WINDOW_S, jitter: str | int = 0) -> Schedule:
+        """Create a schedule and write its first occurrence. The same id with the same
+        definition is a no-op; with another, ``ScheduleConflict``."""
+        new = self._build(schedule_id, None, kind=kind, cron=cron, every=every, tz=tz, payload=payload,
+                          start=start, end=end, overlap=overlap, misfire=misfire,
+                          catchup_window=catchup_window, jitter=jitter)
+        for _ in range(3):
+            old = self._read(schedule_id)
+            if old is not None and old.state is not State.DELETED:
+                if old.same_definition(new):
+                    return old
+                raise ScheduleConflict(f"schedule {schedule_id!r} exists with another definition: "
+                                       "use `recurring update`, or delete it first")
+            if old is None:
+                if self.store.insert_schedule(new):
+                    break
+            else:  # re-created after a delete: a new version, a fresh chain (bullmq#3063)
+                new = replace(new, version=old.version + 1)
+                if self.store.replace_schedule(new, old.version):
+                    break
+        else:
+            raise ScheduleConflict(f"schedule {schedule_id!r} keeps changing; try again")
+        self._start_chain(new)
+        return new
+
+    def update(self, schedule_id: str, **changes: Any) -> Schedule:
+        """Change any option of ``create``; bumps the version, so pending occurrences of
+        the old definition do not fire, and writes the first occurrence of the new one."""
+        unknown = set(changes) - {"kind", "cron", "every", "tz", "payload", "start", "end", "overlap",
+                                  "misfire", "catchup_window", "jitter"}
+        if unknown:
+            raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))}")
+        old = self.get(schedule_id)
+        opts = {k: changes.get(k, _UNSET) for k in ("kind", "cron", "every", "tz", "payload", "start",
+                                                     "end", "overlap", "misfire", "catchup_window",
+                                                     "jitter")}
+        if opts["cron"] is not _UNSET and opts["every"] is _UNSET:
+            opts["every"] = None
+        elif opts["every"] is not _UNSET and opts["cron"] is _UNSET:
+            opts["cron"] = None
+        new = replace(self._build(schedule_id, old, **opts), version=old.version + 1)
+        self._replace(new, old)
+        self._start_chain(new)
+        return new
+
+    def pause(self, schedule_id: str) -> Schedule:
+        """Stop firing: pending occurrences are skipped (counted as paused), and the
+        times that fall while paused are never caught up."""
+        old = self.get(schedule_id)
+        new = replace(old, state=State.PAUSED, updated_ms=self.clock.now_ms())
+        if old.state is not State.PAUSED:
+            self._replace(new, old)
+        return new
+
+    def resume(self, schedule_id: str) -> Schedule:
+        """Fire again from the next nominal time after now."""
+        old = self.get(schedule_id)
+        new = replace(old, state=State.ACTIVE, updated_ms=self.clock.now_ms())
+        if old.state is not State.ACTIVE:
+            self._replace(new, old)
+        self._start_chain(new)
+        return new
+
+    def delete(self, schedule_id: str) -> None:
+        """Nothing of the schedule fires after this returns (its pending occurrences are
+        superseded: checked when each is dispatched)."""
+        old = self.get(schedule_id)
+        self._replace(replace(old, state=State.DELETED, version=old.version + 1,
+                              updated_ms=self.clock.now_ms()), old)
+
+    def _replace(self, new: Schedule, old: Schedule) -> None:
+        # The version guards the change; pause and resume keep it, so they are fenced
+        # against an update or a delete that bumped it, not against each other.
+        if not self.store.replace_schedule(new, old.version):
+            raise ScheduleConflict(f"schedule {old.schedule_id!r} changed meanwhile; read it and try again")
+
+    def _start_chain(self, s: Schedule) -> None:
+        """Write the occurrence at the first nominal time after now (idempotent: the
+        same row as the one the poller writes from the previous occurrence)."""
+        if s.state is not State.ACTIVE:
+            return
+        now = self.clock.now_ms()
+        first = s.first_after(now - 1)
+        if first is not None:
+            job = self.client.place_occurrence(s, first, now)
+            self.client._retrying(lambda: self.client.write_jobs([job]))
+
+    # --- views ----------------------------------------------------------------------
+
+    def _read(self, schedule_id: str) -> Schedule | None:
+        return self.client._retrying(lambda: self.store.get_schedules([schedule_id])).get(schedule_id)
+
+    def get(self, schedule_id: str) -> Schedule:
+        """The schedule (with its skipped count); ``ScheduleNotFound`` when there is
+        none or it was deleted."""
+        check_schedule_id(schedule_id)
+        s = self._read(schedule_id)
+        if s is None or s.state is State.DELETED:
+            raise ScheduleNotFound(f"no recurring schedule {schedule_id!r}")
+        return replace(s, skipped=self.store.skipped(schedule_id))
+
+    def list(self) -> list[Schedule]:
+        """Every schedule not deleted."""
+        return [s for s in self.client._retrying(self.store.list_schedules) if s.state is not State.DELETED]
+
+    def view(self, s: Schedule) -> dict[str, Any]:
+        """``recurring get``'s JSON: the schedule with its next nominal fire time and the
+        last nominal time that fired (looked up among the last few occurrences)."""
+        now = self.clock.now_ms()
+        nxt = s.first_after(now) if s.state is State.ACTIVE else None
+        times: list[int] = []
+        t: int | None = now
+        while t is not None and len(times) < LAST_FIRED_LOOKBACK:
+            t = s.rule.back(t if not times else t - 1)
+            if t is None or (s.start_ms is not None and t < s.start_ms):
+                break
+            times.append(t)
+        ids = {occurrence_id(s.schedule_id, s.version, t): t for t in times}
+        found = self.store.get_many(list(ids)) if ids else {}
+        fired = [ids[j.job_id] for j in found.values() if j.status is Status.FIRED]
+        return s.to_dict(nxt, max(fired) if fired else None)

@@ -1,0 +1,53 @@
+"""The Cassandra store's recurring-schedule methods (a mixin of ``CassandraStore``,
+which provides ``run``, ``_lwt``, ``_concurrent`` and ``_batch``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..model import Job
+from ..recurring.schedule import Schedule
+from .rows import bucket_key, schedule_from_row, schedule_params
+
+
+class CassandraSchedules:
+    run: Any
+    _lwt: Any
+    _concurrent: Any
+    _batch: Any
+    prepared: Any
+
+    def insert_schedule(self, schedule: Schedule) -> bool:
+        applied, _ = self._lwt("insert_schedule", schedule_params(schedule),
+                               f"creating schedule {schedule.schedule_id!r}")
+        return bool(applied)
+
+    def replace_schedule(self, schedule: Schedule, expected_version: int) -> bool:
+        sid, *rest = schedule_params(schedule)
+        applied, _ = self._lwt("replace_schedule", (*rest, sid, expected_version),
+                               f"changing schedule {schedule.schedule_id!r}")
+        return bool(applied)
+
+    def get_schedules(self, schedule_ids: Sequence[str]) -> dict[str, Schedule]:
+        stmt = self.prepared("select_schedule")
+        ids = list(dict.fromkeys(schedule_ids))
+        results = self._concurrent([(stmt, (sid,)) for sid in ids], "reading schedules")
+        return {sid: schedule_from_row(rows[0]) for sid, rows in zip(ids, results, strict=True) if rows}
+
+    def list_schedules(self) -> list[Schedule]:
+        rows = self.run("select_schedules", (), "listing schedules")
+        return sorted((schedule_from_row(r) for r in rows), key=lambda s: s.schedule_id)
+
+    def skipped(self, schedule_id: str) -> int:
+        rows = self.run("select_skipped", (schedule_id,), f"reading schedule {schedule_id!r}")
+        return int(rows[0][0] or 0) if rows else 0
+
+    def add_skipped(self, schedule_id: str, n: int) -> None:
+        self.run("add_skipped", (n, schedule_id), f"counting skips of {schedule_id!r}")
+
+    def record_skipped(self, job: Job, reason: str, now_ms: int) -> None:
+        self._batch(f"skipping {job.job_id!r}", [
+            ("mark_fired", (now_ms, *bucket_key(job))),
+            ("record_skipped", (reason, now_ms, job.job_id)),
+        ])

@@ -1,0 +1,184 @@
+"""Recurring schedules on both stores, driven step by step with an injected clock: the
+chain, no drift, pause/resume, update, delete and re-create, overlap, misfire, and a
+crash between firing an occurrence and writing the next."""
+
+from __future__ import annotations
+
+from collections import Counter
+from itertools import pairwise
+from typing import Any
+
+import pytest
+
+from scheduler import App, Client, Job, ScheduleConflict, ScheduleNotFound
+from scheduler.clock import FakeClock
+from scheduler.errors import InvalidInput
+from scheduler.keys import from_ms
+from scheduler.store import SchemaOptions
+from tests.conftest import make_store
+from tests.contract.test_poller_contract import T0, T0_MS, drive, make_poller
+
+EVERY = 5_000
+
+
+@pytest.fixture
+def rstore(store_kind: str, request: Any, tmp_path: Any):
+    st = make_store(store_kind, request, tmp_path, SchemaOptions(shard_count=4), now_ms=T0_MS - 60_000)
+    yield st
+    st.close()
+
+
+class Calls:
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.fired: list[tuple[str | None, int, int]] = []  # schedule, nominal, fired at
+
+    def __call__(self, job: Job) -> None:
+        assert job.scheduled_for is not None
+        self.fired.append((job.schedule_id, int(job.scheduled_for.timestamp() * 1000), self.clock.now_ms()))
+
+    def nominal(self, sid: str) -> list[int]:
+        return [n for s, n, _ in self.fired if s == sid]
+
+
+def setup(rstore: Any, handler: Any = None) -> tuple[FakeClock, Client, Calls, Any]:
+    clock = FakeClock(T0_MS)
+    client = Client(rstore, clock=clock)
+    calls = Calls(clock)
+    app = App.for_function(handler or calls)
+    poller = make_poller(rstore, clock, None, app=app)
+    return clock, client, calls, poller
+
+
+def test_every_nominal_time_fires_once_on_time_without_drift(rstore):
+    clock, client, calls, poller = setup(rstore)
+    client.recurring.create("r", kind="tick", every="5s", payload={"n": 1})
+    drive(poller, clock, 61)
+    times = calls.nominal("r")
+    assert times == [T0_MS + i * EVERY for i in range(len(times))] and len(times) >= 12
+    assert max(Counter(times).values()) == 1
+    for _, nominal, at in calls.fired:
+        assert nominal <= at <= nominal + 3100, "never early; late only by the late margin at first"
+    assert all(at - n <= 100 for _, n, at in calls.fired[1:]), "later ones on time"
+    view = client.recurring.view(client.recurring.get("r"))
+    assert view["last_fired_at"] is not None and view["next_fire_at"] is not None
+
+
+def test_pause_skips_and_resume_goes_on_from_the_next_time(rstore):
+    clock, client, calls, poller = setup(rstore)
+    client.recurring.create("p", kind="tick", every="5s")
+    drive(poller, clock, 12)
+    client.recurring.pause("p")
+    before = len(calls.fired)
+    drive(poller, clock, 30)
+    assert len(calls.fired) == before, "nothing fires while paused"
+    resumed_at = clock.now_ms()
+    client.recurring.resume("p")
+    drive(poller, clock, 20)
+    later = [n for n in calls.nominal("p") if n > resumed_at - EVERY]
+    assert later and min(later) > resumed_at, "paused time is never caught up"
+    assert client.recurring.get("p").skipped >= 1
+
+
+def test_update_supersedes_and_delete_stops_and_recreate_starts_fresh(rstore):
+    """bullmq#3063: a schedule re-created under the same id must run again."""
+    clock, client, calls, poller = setup(rstore)
+    client.recurring.create("u", kind="tick", every="5s")
+    drive(poller, clock, 11)
+    client.recurring.update("u", every="7s")
+    assert client.recurring.get("u").version == 2
+    drive(poller, clock, 30)
+    client.recurring.delete("u")
+    deleted_at = clock.now_ms()
+    drive(poller, clock, 20)
+    assert all(at <= deleted_at for s, _, at in calls.fired if s == "u"), "nothing fires after delete"
+    with pytest.raises(ScheduleNotFound):
+        client.recurring.get("u")
+    again = client.recurring.create("u", kind="tick", every="5s")
+    assert again.version == 4
+    drive(poller, clock, 12)
+    assert any(at > deleted_at + 20_000 for s, _, at in calls.fired if s == "u")
+
+
+def test_a_crash_between_firing_and_the_next_write_keeps_the_chain(rstore):
+    """db-scheduler#189/#565: a chain that never resumes after a crash mid-run. The
+    first owner fires an occurrence, then dies before its successor write and before
+    recording anything; the next owner re-reads that occurrence and the chain goes on."""
+    clock, client, calls, p1 = setup(rstore)
+    client.recurring.create("c", kind="tick", every="5s")
+    drive(p1, clock, 7)
+
+    def crash(rows: list[Job]) -> None:
+        from scheduler.errors import StoreUnavailable
+        raise StoreUnavailable("injected: the process dies here")
+
+    # p1 fires what it already queued, then every successor write fails: it never
+    # records anything again (it is dead).
+    p1.reader.on_rows = crash
+    end = clock.now_ms() + 6_000
+    while clock.now_ms() < end:
+        p1.poll_once()
+        for job in p1.release_ready():
+            p1.fire(job)
+        clock.advance(0.1)
+    p2 = make_poller(rstore, clock, None, epoch=2, app=App.for_function(calls))
+    drive(p2, clock, 30)
+    times = calls.nominal("c")
+    expected = list(range(T0_MS, clock.now_ms() - 3000, EVERY))
+    assert set(expected) <= set(times), "every nominal time fired"
+    assert max(Counter(times).values()) <= 2, "a duplicate at most, for the crashed one"
+
+
+def test_overlap_skip_never_runs_two_at_once(rstore):
+    """A run lasts until its outcome is recorded; here outcomes are recorded every 12 s
+    while the schedule fires every 5 s: the occurrences in between are skipped."""
+    clock, client, calls, poller = setup(rstore)
+    client.recurring.create("o", kind="tick", every="5s", overlap="skip")
+    end = clock.now_ms() + 40_000
+    while clock.now_ms() < end:
+        poller.poll_once()
+        for job in poller.release_ready():
+            poller.fire(job)
+        clock.advance(0.1)
+        if clock.now_ms() % 12_000 < 100:
+            poller.record_outcomes()
+    poller.record_outcomes()
+    times = calls.nominal("o")
+    assert len(times) >= 2 and all(b - a >= 10_000 for a, b in pairwise(times))
+    assert client.recurring.get("o").skipped >= 2
+
+
+def test_misfire_fire_once_after_downtime(rstore):
+    clock, client, calls, poller = setup(rstore)
+    client.recurring.create("m", kind="tick", every="5s")
+    drive(poller, clock, 6)
+    fired_before = len(calls.nominal("m"))
+    clock.advance(300)  # five minutes down
+    back_at = clock.now_ms()
+    drive(poller, clock, 12)
+    after = calls.nominal("m")[fired_before:]
+    missed = [n for n in after if n <= back_at]
+    assert len(missed) == 1, "the sixty missed times fire once"
+    assert back_at - missed[0] < EVERY, "the most recent of them"
+    assert client.recurring.get("m").skipped >= 1
+
+
+def test_bad_input_writes_nothing(rstore):
+    clock = FakeClock(T0_MS)
+    client = Client(rstore, clock=clock)
+    bad: list[dict[str, Any]] = [
+        {"cron": "61 * * * *"}, {"every": "0s"}, {"cron": "* * * * *", "every": "5s"},
+        {"every": "5s", "tz": "Nowhere/Land"}, {"every": "5s", "overlap": "sometimes"},
+        {"every": "5s", "misfire": "later"}]
+    for kwargs in bad:
+        with pytest.raises(InvalidInput):
+            client.recurring.create("bad", kind="tick", **kwargs)
+    assert client.recurring.list() == []
+    with pytest.raises(InvalidInput):
+        client.schedule("recurring:x:1:5", T0, "k")
+    client.recurring.create("same", kind="tick", cron="@hourly")
+    client.recurring.create("same", kind="tick", cron="@hourly")  # identical: a no-op
+    with pytest.raises(ScheduleConflict):
+        client.recurring.create("same", kind="tick", cron="@daily")
+    assert [s.schedule_id for s in client.recurring.list()] == ["same"]
+    assert from_ms(T0_MS) == T0
