@@ -204,3 +204,24 @@ def list_(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
         Console().print(table)
 
     emit(rows, as_json, human)
+
+
+@recurring_app.command("check")
+def check(
+    repair: Annotated[bool, typer.Option("--repair", help="Restart each broken chain from "
+                                                          "the next time after now.")] = False,
+    store: StoreOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Schedules whose chain of occurrences broke (nothing would fire again); exit 1
+    when there are some and --repair was not given."""
+    with errors():
+        client = client_for(store)
+        try:
+            broken = [s.schedule_id for s in client.recurring.check(repair)]
+        finally:
+            client.close()
+    emit({"broken": broken, "repaired": repair}, as_json,
+         lambda: typer.echo(f"{len(broken)} broken chains{' (repaired)' if repair else ''}"
+                            + "".join(f"\n  {b}" for b in broken)))
+    if broken and not repair:
+        raise typer.Exit(1)

@@ -40,6 +40,11 @@ class LagExporter:
         self._last_ok = 0.0
         self._duration = 0.0
         self._lock = threading.Lock()
+        # Recurring schedules: checked every ``recurring_interval_s`` (a scan of the
+        # schedules table and two key reads per schedule).
+        self.recurring_interval_s = max(interval_s, 60.0)
+        self._recurring: dict[str, int] | None = None
+        self._recurring_at = -1e9
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.registry.register(self)
@@ -52,15 +57,31 @@ class LagExporter:
             fleet = self._fleet_or_none()
             rows = lag_report(self.store, self.clock.now_ms(), fleet)
             shard_count = self.store.layouts().latest.shard_count
+            recurring = self._recurring
+            if time.monotonic() - self._recurring_at >= self.recurring_interval_s:
+                recurring = self._read_recurring()
+                self._recurring_at = time.monotonic()
         except SchedulerError:
             with self._lock:
                 self._up, self._errors = 0, self._errors + 1
             raise
         with self._lock:
             self._rows, self._shard_count, self._up = rows, shard_count, 1
+            self._recurring = recurring
             self._members = None if fleet is None else len(fleet.members)
             self._last_ok = self.clock.now_ms() / 1000
             self._duration = time.monotonic() - t0
+
+    def _read_recurring(self) -> dict[str, int]:
+        from .recurring.check import broken_chains
+
+        schedules = self.store.list_schedules()
+        counts = {state: 0 for state in ("active", "paused")}
+        for sch in schedules:
+            if str(sch.state) in counts:
+                counts[str(sch.state)] += 1
+        counts["broken"] = len(broken_chains(self.store, self.clock.now_ms(), schedules))
+        return counts
 
     def _fleet_or_none(self) -> FleetSnapshot | None:
         try:
@@ -94,6 +115,16 @@ class LagExporter:
         with self._lock:
             rows, members, up, errors = list(self._rows), self._members, self._up, self._errors
             last_ok, duration, shard_count = self._last_ok, self._duration, self._shard_count
+            recurring = self._recurring
+        if recurring is not None:
+            states = GaugeMetricFamily("scheduler_recurring_schedules", "Recurring schedules by state",
+                                       labels=["state"])
+            for state in ("active", "paused"):
+                states.add_metric([state], recurring[state])
+            yield states
+            yield GaugeMetricFamily("scheduler_recurring_chains_broken",
+                                    "Active schedules with no current occurrence: nothing fires again",
+                                    value=recurring["broken"])
         now_s = self.clock.now_ms() / 1000
         lag = GaugeMetricFamily("scheduler_shard_lag_seconds",
                                 "Now minus the end of the shard's last drained bucket (from the store)",

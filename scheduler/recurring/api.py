@@ -182,6 +182,17 @@ class Recurring:
             job = self.client.place_occurrence(s, first, now)
             self.client._retrying(lambda: self.client.write_jobs([job]))
 
+    def check(self, repair: bool = False) -> list[Schedule]:
+        """The active schedules whose chain broke (see ``check.py``); with ``repair``,
+        each goes on from the next time after now."""
+        from .check import broken_chains
+
+        broken = self.client._retrying(lambda: broken_chains(self.store, self.clock.now_ms()))
+        if repair:
+            for s in broken:
+                self._start_chain(s)
+        return broken
+
     # --- views ----------------------------------------------------------------------
 
     def _read(self, schedule_id: str) -> Schedule | None:

@@ -31,6 +31,7 @@ def exposed_metric_names() -> set[str]:
     names: set[str] = set()
     exporter = LagExporter(cast(Any, None), FakeClock())
     exporter._members = 3  # as after a refresh with ZooKeeper: the fleet gauge appears
+    exporter._recurring = {"active": 1, "paused": 0, "broken": 0}  # after a recurring check
     registries = [PollerMetrics().registry, exporter.registry]
     for registry in registries:
         for family in registry.collect():
