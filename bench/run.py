@@ -25,6 +25,7 @@ from bench import enqueue as enqueue_bench
 from bench import fleet as fleet_bench
 from bench import peer as peer_bench
 from bench import poller as poller_bench
+from bench import recurring as recurring_bench
 from bench.common import drop, fresh_store
 
 SHARDS = poller_bench.SHARDS
@@ -43,10 +44,11 @@ class Sizes:
     handover_s: int
     peer_near: int
     peer_window_s: float
+    recurring_schedules: int
 
 
-QUICK = Sizes(10_000, 2, 1_000_000, 50_000, 3, 10, 15, 8_000, 24, 100_000, 20.0)
-FULL = Sizes(20_000, 3, 10_000_000, 100_000, 5, 30, 30, 24_000, 45, 1_000_000, 120.0)
+QUICK = Sizes(10_000, 2, 1_000_000, 50_000, 3, 10, 15, 8_000, 24, 100_000, 20.0, 10_000)
+FULL = Sizes(20_000, 3, 10_000_000, 100_000, 5, 30, 30, 24_000, 45, 1_000_000, 120.0, 100_000)
 
 
 def entry(value: float | None, unit: str, baseline: float | None, baseline_is: str, goal: str,
@@ -135,10 +137,17 @@ def run_all(args: argparse.Namespace, sizes: Sizes) -> tuple[dict[str, Any], dic
                      r["sync_jobs_per_s"], "sync handlers (time.sleep(1)) at concurrency 16",
                      ">= 4,000 jobs/s, RSS < 300 MB", r["met"], r)
 
+    def recurring() -> dict[str, Any]:
+        r = recurring_bench.recurring(args.host, sizes.recurring_schedules)
+        return entry(r["recurring"]["cpu_ms_per_job"], "CPU ms per occurrence",
+                     r["one_shot"]["cpu_ms_per_job"], "CPU ms per one-shot job (producer included)",
+                     "p99 lateness < 1 s, cost <= 1.5x", r["met"], r, ratio=r["cost_ratio"])
+
     step("enqueue", enqueue)
     step("fire_throughput", fire)
     step("lateness", lateness)
     step("async_handlers", async_handlers)
+    step("recurring", recurring)
 
     # One store holds the far-future backlog for poll cost, RSS and the peer's far set.
     empty = fresh_store(args.host, "bench_empty", SHARDS)
