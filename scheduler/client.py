@@ -216,7 +216,8 @@ class Client:
             start += size
         return [j for j in out if j is not None]
 
-    def _write_chunk(self, jobs: Sequence[Job], progress: Callable[[int], None] | None) -> list[Job]:
+    def _write_chunk(self, jobs: Sequence[Job], progress: Callable[[int], None] | None,
+                     keep_existing: bool = False) -> list[Job]:
         # Place near-term jobs again with a fresh clock: a long load must not write a job
         # whose fire time has come within the late margin since validation.
         now = self.clock.now_ms()
@@ -236,7 +237,10 @@ class Client:
             old = existing.get(job.job_id)
             if old is None:
                 result.append(job)
-            elif old.due_ms == job.due_ms and not (old.status is Status.PENDING and self._at_risk(old, now)):
+            elif keep_existing or (old.due_ms == job.due_ms
+                                   and not (old.status is Status.PENDING and self._at_risk(old, now))):
+                # (An occurrence's row is the same row whoever writes it: moving one a
+                # poller may already hold would fire it twice.)
                 result.append(old)
             else:
                 # A new due time (the latest call's kind and payload win; history is kept),
@@ -275,10 +279,10 @@ class Client:
                            schedule.jitter_s, now_ms)
 
     def write_jobs(self, jobs: Sequence[Job]) -> list[Job]:
-        """Write placed jobs (``place_occurrence``) as ``schedule_many`` writes its own:
-        an existing job with the same due time is left as it is. No retries: a store
-        error propagates (the caller retries)."""
-        return self._write_chunk(jobs, None) if jobs else []
+        """Write placed jobs (``place_occurrence``) as ``schedule_many`` writes its own,
+        except that an existing job is always left as it is. No retries: a store error
+        propagates (the caller retries)."""
+        return self._write_chunk(jobs, None, keep_existing=True) if jobs else []
 
     @property
     def recurring(self) -> Recurring:

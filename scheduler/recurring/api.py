@@ -155,7 +155,9 @@ class Recurring:
         new = replace(old, state=State.ACTIVE, updated_ms=self.clock.now_ms())
         if old.state is not State.ACTIVE:
             self._replace(new, old)
-        self._start_chain(new)
+        # Two: an occurrence read while the schedule was paused got no successor, and it
+        # may be the first one after now.
+        self._start_chain(new, count=2)
         return new
 
     def delete(self, schedule_id: str) -> None:
@@ -171,16 +173,22 @@ class Recurring:
         if not self.store.replace_schedule(new, old.version):
             raise ScheduleConflict(f"schedule {old.schedule_id!r} changed meanwhile; read it and try again")
 
-    def _start_chain(self, s: Schedule) -> None:
-        """Write the occurrence at the first nominal time after now (idempotent: the
-        same row as the one the poller writes from the previous occurrence)."""
+    def _start_chain(self, s: Schedule, count: int = 1) -> None:
+        """Write the occurrences at the first ``count`` nominal times after now
+        (idempotent: the same rows as the ones the poller writes from the previous
+        occurrence)."""
         if s.state is not State.ACTIVE:
             return
         now = self.clock.now_ms()
-        first = s.first_after(now - 1)
-        if first is not None:
-            job = self.client.place_occurrence(s, first, now)
-            self.client._retrying(lambda: self.client.write_jobs([job]))
+        jobs = []
+        t: int | None = now - 1
+        for _ in range(count):
+            t = s.first_after(t) if t is not None else None
+            if t is None:
+                break
+            jobs.append(self.client.place_occurrence(s, t, now))
+        if jobs:
+            self.client._retrying(lambda: self.client.write_jobs(jobs))
 
     def check(self, repair: bool = False) -> list[Schedule]:
         """The active schedules whose chain broke (see ``check.py``); with ``repair``,

@@ -210,3 +210,18 @@ def _ids(store: Any, sid: str) -> list[str]:
     times = [t for t in range(s.rule.anchor_ms, now, EVERY)]
     from scheduler.recurring.schedule import occurrence_id
     return [occurrence_id(sid, s.version, t) for t in times]
+
+
+def test_resume_right_after_an_occurrence_was_read_while_paused(rstore):
+    """The occurrence read while paused wrote no successor; resume writes it."""
+    clock, client, calls, poller = setup(rstore)
+    client.recurring.create("rp", kind="tick", every="5s")
+    drive(poller, clock, 7.5)  # T0+5 s fired; T0+10 s is due in 2.5 s
+    client.recurring.pause("rp")
+    drive(poller, clock, 1.5)  # T0+10 s is read (2 s ahead) while paused
+    client.recurring.resume("rp")
+    drive(poller, clock, 30)
+    times = calls.nominal("rp")
+    assert T0_MS + 10_000 in times, "the occurrence read while paused fires once resumed in time"
+    assert [t for t in times if t > T0_MS + 10_000] == [T0_MS + 10_000 + i * EVERY for i in range(1, 6)]
+    assert max(Counter(times).values()) == 1, "resume does not move a pending occurrence (a duplicate)"

@@ -1,13 +1,16 @@
 """Recurring schedules on a real fleet: three poller processes, Cassandra and
-ZooKeeper, 50 schedules every 5 s, one poller killed with -9. Every nominal time fires,
-none early, and none twice beyond the crash bound (an occurrence the killed poller had
-dispatched and not yet recorded)."""
+ZooKeeper, 50 schedules every 5 s, one poller killed with -9, then a pause, a delete and
+an update while they run. Every nominal time fires, none early, none twice beyond the
+crash bound (an occurrence the killed poller had dispatched and not yet recorded), and
+nothing fires after a pause or a delete returned (an occurrence whose check had passed
+may finish starting: the second of slack)."""
 
 from __future__ import annotations
 
 import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 
 from scheduler.model import parse_occurrence
 from scheduler.recurring.schedule import Occurrence
@@ -30,9 +33,18 @@ def test_fifty_schedules_three_pollers_and_a_kill_9(fleet_env):  # noqa: F811
     killed_at = time.time() * 1000
     procs[1].kill()
     procs[1].wait()
-    time.sleep(20)
+    time.sleep(10)
+    # Changes while the pollers run: s0 paused, s1 deleted, s2 every 10 s from now on.
+    client.recurring.pause("s0")
+    paused_at = time.time() * 1000
+    client.recurring.delete("s1")
+    deleted_at = time.time() * 1000
+    client.recurring.update("s2", every="10s")
+    time.sleep(10)
     cutoff = int(time.time() * 1000) - 6000  # every nominal time up to here must have fired
-    expected = {(f"s{i}", t) for i in range(SCHEDULES) for t in range(start_ms, cutoff, EVERY_MS)}
+    changed = {"s0": paused_at, "s1": deleted_at, "s2": deleted_at}
+    expected = {(f"s{i}", t) for i in range(SCHEDULES) for t in range(start_ms, cutoff, EVERY_MS)
+                if t < changed.get(f"s{i}", float("inf")) - 3000}
 
     def fired() -> set[tuple[str, int]]:
         return {(o.schedule_id, o.nominal_ms) for r in read_records(str(out))
@@ -47,6 +59,11 @@ def test_fifty_schedules_three_pollers_and_a_kill_9(fleet_env):  # noqa: F811
     assert dups <= recent, f"duplicates beyond the crash bound: {sorted(dups - recent)[:5]}"
     for p in procs:
         assert p.poll() is None or p is procs[1], "the other pollers rode the kill out"
+    after = [(o, r.fired_ms) for r in records if (o := _occ(r.job_id)) is not None]
+    assert not [f for o, f in after if o.schedule_id == "s1" and f > deleted_at + 1000], "fired after delete"
+    assert not [f for o, f in after if o.schedule_id == "s0" and f > paused_at + 1000], "fired while paused"
+    v2 = sorted({o.nominal_ms for o, _ in after if o.schedule_id == "s2" and o.version == 2})
+    assert v2 and all(b - a == 10_000 for a, b in pairwise(v2)), v2
 
 
 def _occ(job_id: str) -> Occurrence | None:
