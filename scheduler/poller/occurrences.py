@@ -15,7 +15,7 @@ from ..dispatch import Outcome
 from ..errors import SchedulerError
 from ..model import OCCURRENCE_PREFIX, Job, Status
 from ..recurring import chain
-from ..recurring.schedule import Overlap, occurrence_id, parse_occurrence
+from ..recurring.schedule import Occurrence, Overlap, occurrence_id, parse_occurrence
 from .shared import Core
 
 if TYPE_CHECKING:
@@ -26,6 +26,9 @@ BUFFERED = "buffered: waiting for the previous run"
 # dispatched again.
 WAIT_MS = 1000
 WAIT = "wait"
+# How many earlier occurrences the overlap policies look at: a run longer than this
+# many intervals is not seen (documented).
+OVERLAP_LOOKBACK = 8
 
 
 class Occurrences:
@@ -61,6 +64,16 @@ class Occurrences:
                 jobs[job.job_id] = job
         self.client.write_jobs(list(jobs.values()))
 
+    def _previous(self, occ: Occurrence, times: list[int]) -> chain.Previous:
+        """Whether an earlier occurrence of the same version is still running (or waiting
+        for a retry) or buffered: any of the last ``OVERLAP_LOOKBACK`` still pending (the
+        ones skipped in between are complete, so a run longer than an interval is seen)."""
+        ids = [occurrence_id(occ.schedule_id, occ.version, t) for t in times]
+        pending = [j for j in self.core.store.get_many(ids).values() if j.status is Status.PENDING]
+        if any((j.last_error or "").startswith(BUFFERED) for j in pending):
+            return chain.Previous.WAITING
+        return chain.Previous.RUNNING if pending else chain.Previous.DONE
+
     def gate(self, job: Job) -> Outcome | None:
         """None to fire ``job`` now; else the outcome of skipping it or letting it wait.
         When the store cannot be read, the occurrence waits: firing one that may have
@@ -75,13 +88,7 @@ class Occurrences:
             s = store.get_schedules([occ.schedule_id]).get(occ.schedule_id)
             previous = chain.Previous.DONE
             if s is not None and s.overlap is not Overlap.ALLOW and chain.current(s, occ):
-                prev = s.rule.back(occ.nominal_ms - 1)
-                if prev is not None:
-                    pid = occurrence_id(occ.schedule_id, occ.version, prev)
-                    pj = store.get_many([pid]).get(pid)
-                    if pj is not None and pj.status is Status.PENDING:
-                        waiting = (pj.last_error or "").startswith(BUFFERED)
-                        previous = chain.Previous.WAITING if waiting else chain.Previous.RUNNING
+                previous = self._previous(occ, s.rule.before(occ.nominal_ms, OVERLAP_LOOKBACK))
         except SchedulerError as exc:
             core.store_fault.failed(exc)
             return Outcome(job, False, f"waiting: the schedule could not be read ({exc})",

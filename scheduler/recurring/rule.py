@@ -124,6 +124,18 @@ class Rule:
             t = int(next(it).timestamp() * 1000)
         return t
 
+    def before(self, t_ms: int, count: int) -> list[int]:
+        """Up to ``count`` nominal times strictly before ``t_ms``, latest first."""
+        out: list[int] = []
+        t = t_ms - 1
+        for _ in range(count):
+            prev = self.back(t)
+            if prev is None:
+                break
+            out.append(prev)
+            t = prev - 1
+        return out
+
     def times(self, after_ms: int, count: int) -> list[int]:
         """The next ``count`` nominal times after ``after_ms``."""
         out: list[int] = []

@@ -4,6 +4,7 @@ rows written straight into the store."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import sqlite3
 import threading
 import time
@@ -165,3 +166,26 @@ def test_poison_rows_are_dead_lettered_and_the_shard_keeps_firing(pstore, store_
         assert dead["p-row"].error.startswith("poison row: cannot be read as a job (ValueError")
     cps = {c.shard: c.drained for c in pstore.checkpoints()}
     assert all(d >= T0_MS // 1000 - 60 for d in cps.values()), "every shard's checkpoint moved on"
+
+
+def test_overlap_skip_with_a_handler_slower_than_the_interval(live_store):
+    """Real threads: every 5 s, each run takes 7 s; no two runs of the schedule overlap."""
+    runs: list[tuple[float, float]] = []
+
+    def slow(job: Job) -> None:
+        start = time.monotonic()
+        time.sleep(7)
+        runs.append((start, time.monotonic()))
+
+    client = Client(live_store)
+    client.recurring.create("slow", kind="tick", every="5s", overlap="skip")
+    poller = Poller(live_store, App.for_function(slow), config=PollerConfig(check_clock=False))
+    poller.start(range(4), epoch=1)
+    try:
+        time.sleep(24)
+    finally:
+        poller.stop(timeout_s=10)
+    runs.sort()
+    assert len(runs) >= 2
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(runs)), runs
+    assert client.recurring.get("slow").skipped >= 1

@@ -225,3 +225,28 @@ def test_resume_right_after_an_occurrence_was_read_while_paused(rstore):
     assert T0_MS + 10_000 in times, "the occurrence read while paused fires once resumed in time"
     assert [t for t in times if t > T0_MS + 10_000] == [T0_MS + 10_000 + i * EVERY for i in range(1, 6)]
     assert max(Counter(times).values()) == 1, "resume does not move a pending occurrence (a duplicate)"
+
+
+def test_overlap_buffer_one_runs_the_waiting_one_after_the_running_one(rstore):
+    """Runs last until their outcomes are recorded, every 12 s here, while the schedule
+    fires every 5 s: one occurrence waits for the running one, the others are skipped."""
+    clock, client, calls, poller = setup(rstore)
+    client.recurring.create("bo", kind="tick", every="5s", overlap="buffer_one")
+    records: list[int] = []
+    end = clock.now_ms() + 40_000
+    while clock.now_ms() < end:
+        poller.poll_once()
+        for job in poller.release_ready():
+            poller.fire(job)
+        clock.advance(0.1)
+        if clock.now_ms() % 12_000 < 100:
+            poller.record_outcomes()
+            records.append(clock.now_ms())
+    fired = [(n, at) for s, n, at in calls.fired if s == "bo"]
+    assert len(fired) >= 3
+    for (_, a), (_, b) in pairwise(fired):
+        # The next run starts only after the previous one's outcome was recorded.
+        assert any(a < r <= b for r in records), (a, b)
+    waited = [n for n, at in fired if at - n > 1000]
+    assert waited, "a buffered occurrence ran late, after the running one"
+    assert client.recurring.get("bo").skipped >= 1
