@@ -250,3 +250,14 @@ def test_overlap_buffer_one_runs_the_waiting_one_after_the_running_one(rstore):
     waited = [n for n, at in fired if at - n > 1000]
     assert waited, "a buffered occurrence ran late, after the running one"
     assert client.recurring.get("bo").skipped >= 1
+
+
+def test_jitter_is_deterministic_and_never_early(rstore):
+    clock = FakeClock(T0_MS)
+    client = Client(rstore, clock=clock)
+    s = client.recurring.create("j", kind="tick", cron="0 * * * *", jitter="10m")
+    nominal = s.first_after(T0_MS + 3_600_000)
+    assert nominal is not None
+    a, b = client.place_occurrence(s, nominal), client.place_occurrence(s, nominal)
+    assert a == b and nominal <= a.fire_ms < nominal + 600_000 and a.due_ms == nominal
+    assert a.scheduled_for == from_ms(nominal) and a.schedule_id == "j"
