@@ -15,7 +15,14 @@ from ..dispatch import Outcome
 from ..errors import SchedulerError
 from ..model import OCCURRENCE_PREFIX, Job, Status
 from ..recurring import chain
-from ..recurring.schedule import Occurrence, Overlap, occurrence_id, parse_occurrence
+from ..recurring.schedule import (
+    Occurrence,
+    Overlap,
+    Schedule,
+    State,
+    occurrence_id,
+    parse_occurrence,
+)
 from .shared import Core
 
 if TYPE_CHECKING:
@@ -31,10 +38,17 @@ WAIT = "wait"
 OVERLAP_LOOKBACK = 8
 
 
+# The reader may use a schedule read this long ago to write a successor: a stale one
+# costs at most one occurrence row that the gate (which reads afresh) then skips.
+SCHEDULE_CACHE_S = 10.0
+SCHEDULE_CACHE_MAX = 50_000
+
+
 class Occurrences:
     def __init__(self, core: Core) -> None:
         self.core = core
         self._client: Client | None = None
+        self._cache: dict[str, tuple[float, Schedule | None]] = {}
 
     @property
     def client(self) -> Client:
@@ -53,7 +67,7 @@ class Occurrences:
         if not occs:
             return
         core = self.core
-        schedules = core.store.get_schedules([occ.schedule_id for _, occ in occs])
+        schedules = self._schedules([occ for _, occ in occs])
         now = core.clock.now_ms()
         jobs: dict[str, Job] = {}
         for _, occ in occs:
@@ -63,6 +77,31 @@ class Occurrences:
                 job = self.client.place_occurrence(s, nominal, now)
                 jobs[job.job_id] = job
         self.client.write_jobs(list(jobs.values()))
+
+    def _schedules(self, occs: list[Occurrence]) -> dict[str, Schedule | None]:
+        """The occurrences' schedules, from the cache when it says the occurrence is
+        current and active (a stale "active" costs at most a row the gate skips); read
+        afresh otherwise (a stale "paused" or an older version would end the chain)."""
+        mono = self.core.clock.monotonic()
+        cache = self._cache
+        out: dict[str, Schedule | None] = {}
+        missing = []
+        for occ in occs:
+            sid = occ.schedule_id
+            hit = cache.get(sid)
+            if (hit is not None and mono - hit[0] < SCHEDULE_CACHE_S and hit[1] is not None
+                    and hit[1].state is State.ACTIVE and chain.current(hit[1], occ)):
+                out[sid] = hit[1]
+            elif sid not in out:
+                missing.append(sid)
+        if missing:
+            found = self.core.store.get_schedules(missing)
+            if len(cache) + len(missing) > SCHEDULE_CACHE_MAX:
+                cache.clear()
+            for sid in dict.fromkeys(missing):
+                out[sid] = found.get(sid)
+                cache[sid] = (mono, out[sid])
+        return out
 
     def _previous(self, occ: Occurrence, times: list[int]) -> chain.Previous:
         """Whether an earlier occurrence of the same version is still running (or waiting

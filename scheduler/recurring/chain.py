@@ -67,7 +67,8 @@ def _oldest_to_fire(s: Schedule, now_ms: int) -> int:
 
 
 def successors(s: Schedule | None, occ: Occurrence, now_ms: int) -> list[int]:
-    """The nominal times to write when ``occ`` is read (at most one)."""
+    """The nominal times to write when ``occ`` is read: one, or with ``fire_all`` after
+    downtime every missed one within the window and the cap, and the next after now."""
     if not current(s, occ) or s is None or s.state is not State.ACTIVE:
         return []  # resume (or the re-created schedule) starts the chain again
     n = occ.nominal_ms
@@ -81,9 +82,17 @@ def successors(s: Schedule | None, occ: Occurrence, now_ms: int) -> list[int]:
         latest = s.rule.back(now_ms)
         nxt = latest if latest is not None and latest >= _oldest_to_fire(s, now_ms) else s.first_after(now_ms)
     else:
+        # Every missed time at once (the latest FIRE_ALL_CAP), and the first one after
+        # now: they are read together and fire oldest first, instead of one per read.
         oldest = _oldest_to_fire(s, now_ms)
-        if nxt < oldest:
-            nxt = s.first_after(oldest - 1)
+        out: list[int] = []
+        t = nxt if nxt >= oldest else s.first_after(oldest - 1)
+        while t is not None and len(out) <= FIRE_ALL_CAP:
+            out.append(t)
+            if t > now_ms:
+                break
+            t = s.first_after(t)
+        return out
     return [] if nxt is None else [nxt]
 
 

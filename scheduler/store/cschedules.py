@@ -30,8 +30,11 @@ class CassandraSchedules:
         return bool(applied)
 
     def get_schedules(self, schedule_ids: Sequence[str]) -> dict[str, Schedule]:
-        stmt = self.prepared("select_schedule")
         ids = list(dict.fromkeys(schedule_ids))
+        if len(ids) == 1:  # the poller's check before each occurrence: no fan-out machinery
+            rows = self.run("select_schedule", (ids[0],), f"reading schedule {ids[0]!r}")
+            return {ids[0]: schedule_from_row(rows[0])} if rows else {}
+        stmt = self.prepared("select_schedule")
         results = self._concurrent([(stmt, (sid,)) for sid in ids], "reading schedules")
         return {sid: schedule_from_row(rows[0]) for sid, rows in zip(ids, results, strict=True) if rows}
 

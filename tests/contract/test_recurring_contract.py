@@ -50,6 +50,22 @@ def setup(rstore: Any, handler: Any = None) -> tuple[FakeClock, Client, Calls, A
     return clock, client, calls, poller
 
 
+def drive_recording_every(poller: Any, clock: FakeClock, seconds: float, every_ms: int) -> list[int]:
+    """``drive``, but outcomes are recorded only every ``every_ms`` of fake time: a run
+    lasts until then. Returns when they were recorded."""
+    records: list[int] = []
+    end = clock.now_ms() + int(seconds * 1000)
+    while clock.now_ms() < end:
+        poller.poll_once()
+        for job in poller.release_ready():
+            poller.fire(job)
+        clock.advance(0.1)
+        if clock.now_ms() % every_ms < 100:
+            poller.record_outcomes()
+            records.append(clock.now_ms())
+    return records
+
+
 def test_every_nominal_time_fires_once_on_time_without_drift(rstore):
     clock, client, calls, poller = setup(rstore)
     client.recurring.create("r", kind="tick", every="5s", payload={"n": 1})
@@ -134,14 +150,7 @@ def test_overlap_skip_never_runs_two_at_once(rstore):
     while the schedule fires every 5 s: the occurrences in between are skipped."""
     clock, client, calls, poller = setup(rstore)
     client.recurring.create("o", kind="tick", every="5s", overlap="skip")
-    end = clock.now_ms() + 40_000
-    while clock.now_ms() < end:
-        poller.poll_once()
-        for job in poller.release_ready():
-            poller.fire(job)
-        clock.advance(0.1)
-        if clock.now_ms() % 12_000 < 100:
-            poller.record_outcomes()
+    drive_recording_every(poller, clock, 40, 12_000)
     poller.record_outcomes()
     times = calls.nominal("o")
     assert len(times) >= 2 and all(b - a >= 10_000 for a, b in pairwise(times))
@@ -232,16 +241,7 @@ def test_overlap_buffer_one_runs_the_waiting_one_after_the_running_one(rstore):
     fires every 5 s: one occurrence waits for the running one, the others are skipped."""
     clock, client, calls, poller = setup(rstore)
     client.recurring.create("bo", kind="tick", every="5s", overlap="buffer_one")
-    records: list[int] = []
-    end = clock.now_ms() + 40_000
-    while clock.now_ms() < end:
-        poller.poll_once()
-        for job in poller.release_ready():
-            poller.fire(job)
-        clock.advance(0.1)
-        if clock.now_ms() % 12_000 < 100:
-            poller.record_outcomes()
-            records.append(clock.now_ms())
+    records = drive_recording_every(poller, clock, 40, 12_000)
     fired = [(n, at) for s, n, at in calls.fired if s == "bo"]
     assert len(fired) >= 3
     for (_, a), (_, b) in pairwise(fired):
@@ -261,3 +261,23 @@ def test_jitter_is_deterministic_and_never_early(rstore):
     a, b = client.place_occurrence(s, nominal), client.place_occurrence(s, nominal)
     assert a == b and nominal <= a.fire_ms < nominal + 600_000 and a.due_ms == nominal
     assert a.scheduled_for == from_ms(nominal) and a.schedule_id == "j"
+
+
+@pytest.mark.parametrize("misfire,window,expect", [
+    ("skip", "1h", 0),  # none of the 60 missed times
+    ("fire_all", "1h", 60),  # every one, oldest first
+    ("fire_all", "2m", 24),  # only those within the catch-up window
+])
+def test_misfire_skip_and_fire_all(rstore, misfire, window, expect):
+    clock, client, calls, poller = setup(rstore)
+    client.recurring.create("m", kind="tick", every="5s", misfire=misfire, catchup_window=window)
+    drive(poller, clock, 6)
+    fired_before = len(calls.nominal("m"))
+    clock.advance(300)  # five minutes down: 60 nominal times missed
+    back_at = clock.now_ms()
+    drive(poller, clock, 30, step_ms=200)
+    missed = [n for n in calls.nominal("m")[fired_before:] if n <= back_at]
+    assert abs(len(missed) - expect) <= 1, (misfire, window, len(missed))
+    assert missed == sorted(missed), "oldest first"
+    later = [n for n in calls.nominal("m") if n > back_at]
+    assert later, "the chain goes on after the catch-up"
