@@ -102,11 +102,7 @@ def create(
         if kind is None:
             raise InvalidInput("--kind is required")
         opts = _options(kind, cron, every, tz, payload, start, end, overlap, catchup_window, misfire, jitter)
-        client = client_for(store)
-        try:
-            _show(client, client.recurring.create(schedule_id, **opts), as_json)
-        finally:
-            client.close()
+    _act("create", schedule_id, store, as_json, **opts)
 
 
 @recurring_app.command("update")
@@ -122,18 +118,15 @@ def update(
         opts = _options(kind, cron, every, tz, payload, start, end, overlap, catchup_window, misfire, jitter)
         if not opts:
             raise InvalidInput("nothing to change: give at least one option of `recurring create`")
-        client = client_for(store)
-        try:
-            _show(client, client.recurring.update(schedule_id, **opts), as_json)
-        finally:
-            client.close()
+    _act("update", schedule_id, store, as_json, **opts)
 
 
-def _act(action: str, schedule_id: str, store: str | None, as_json: bool) -> None:
+def _act(action: str, schedule_id: str, store: str | None, as_json: bool, **opts: Any) -> None:
+    """Call ``client.recurring.<action>(schedule_id, **opts)`` and show the schedule."""
     with errors():
         client = client_for(store)
         try:
-            result = getattr(client.recurring, action)(schedule_id)
+            result = getattr(client.recurring, action)(schedule_id, **opts)
             if result is None:
                 emit({"schedule_id": schedule_id, "state": "deleted"}, as_json,
                      lambda: typer.echo(f"{schedule_id}: deleted"))

@@ -174,18 +174,27 @@ class Poller:
             core.due.discard_shard(shard)
             while st.running and self.clock.monotonic() < deadline and not core.stopped.is_set():
                 core.cond.wait(0.05)
-        self.reader.save_checkpoint(shard, st)
+        if self._finish_release(shard, st, save=True):
+            log.info("released shard %d", shard, extra={"action": "shard_released", "shard": shard,
+                                                         "checkpoint": st.saved.drained})
+
+    def _finish_release(self, shard: int, st: OwnedShard, save: bool) -> bool:
+        """A releasing shard's last steps: save its checkpoint (if ``save``), mark it
+        released, clear the owner in the store. False when it was lost meanwhile (the
+        checkpoint write was refused)."""
+        core = self.core
+        if save:
+            self.reader.save_checkpoint(shard, st)
         with core.cond:
             if core.shards.get(shard) is not st:
-                return  # lost meanwhile (the checkpoint write was refused)
+                return False
             del core.shards[shard]
             st.move(ShardState.RELEASED)
             core.ended[shard] = ShardState.RELEASED
             self.metrics.owned_shards.set(len(core.shards))
         self.metrics.forget_shard(shard)
         self._clear_owner(shard, st.epoch)
-        log.info("released shard %d", shard, extra={"action": "shard_released", "shard": shard,
-                                                     "checkpoint": st.saved.drained})
+        return True
 
     def _clear_owner(self, shard: int, epoch: int) -> None:
         """Clear the shard's owner in the store; best effort (the next claim fences anyway)."""
@@ -299,14 +308,6 @@ class Poller:
                 if st is None or not st.reading:
                     continue
                 st.move(ShardState.RELEASING)
-            if save:
-                self.reader.save_checkpoint(shard, st)
-            with core.cond:
-                if core.shards.get(shard) is not st:
-                    continue  # lost: the checkpoint write was refused
-                del core.shards[shard]
-                st.move(ShardState.RELEASED)
-                core.ended[shard] = ShardState.RELEASED
-            self._clear_owner(shard, st.epoch)
+            self._finish_release(shard, st, save)
         log.info("poller stopped", extra={"action": "poller_stopped", "poller": self.name,
                                           "fired": core.stats.fired})

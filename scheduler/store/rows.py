@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ..model import POISON_KIND, Job, Status
@@ -40,12 +41,11 @@ def job_from_bucket_row(row: Any, to_ms: Any = int) -> Job:
                None if fired_at is None else to_ms(fired_at), None)
 
 
-def jobs_from_bucket_rows(rows: Any, to_ms: Any = int) -> list[Job]:
+def jobs_from_bucket_rows(rows: Sequence[Any], to_ms: Any = int) -> list[Job]:
     """``job_from_bucket_row`` over a page. A row that cannot be turned into a job (one
     written by another producer, outside the client's checks) becomes a *poison* job
     (kind ``POISON_KIND``, the reason in ``last_error``), so the poller dead-letters it
     and its shard keeps firing instead of failing on every read."""
-    rows = list(rows)
     try:
         return [job_from_bucket_row(r, to_ms) for r in rows]
     except Exception:
