@@ -26,6 +26,7 @@ from bench.common import drop, fresh_store, machine, report
 from scheduler import App, Client, Job, JobSpec
 from scheduler.clock import SystemClock
 from scheduler.poller import Poller, PollerConfig
+from scheduler.recurring import writes
 from scheduler.recurring.rule import Rule
 from scheduler.recurring.schedule import Schedule
 from scheduler.store.cassandra import CassandraStore
@@ -73,9 +74,9 @@ def create_schedules(store: CassandraStore, n: int, start_ms: int) -> float:
     stmt = store.prepared("insert_schedule")
     for i in range(0, n, 5000):
         store._concurrent([(stmt, schedule_params(s)) for s in schedules[i:i + 5000]], "bench schedules")
-    jobs = [client.place_occurrence(s, s.rule.anchor_ms) for s in schedules]
+    jobs = [writes.place(client, s, s.rule.anchor_ms) for s in schedules]
     for i in range(0, n, 5000):
-        client.write_jobs(jobs[i:i + 5000])
+        writes.write(client, jobs[i:i + 5000])
     return time.perf_counter() - t0
 
 

@@ -29,7 +29,6 @@ from .jobspec import JobSpec, spec_from_dict
 from .keys import bucket_of_ms, jitter_ms, shard_of
 from .layout import Layout, Layouts, check_resize, mark_end_for
 from .model import Job, Status, check_due, check_job_id, check_kind, encode_payload
-from .recurring.schedule import Schedule, occurrence_id
 from .settings import Settings
 from .store import Store, StoreMeta, open_store
 from .store.base import DeadLetter
@@ -269,20 +268,6 @@ class Client:
         if progress and len(jobs) > len(fresh):
             progress(len(jobs) - len(fresh))
         return self._repair_slow_writes(result, {j.job_id for j in fresh} | {n.job_id for _, n in moved})
-
-    def place_occurrence(self, schedule: Schedule, nominal_ms: int, now_ms: int | None = None) -> Job:
-        """The job of ``schedule``'s occurrence at ``nominal_ms``: its id, kind and
-        payload from the schedule, due at the nominal time, fired at the nominal time
-        plus the schedule's deterministic jitter (the late-write rule applies)."""
-        oid = occurrence_id(schedule.schedule_id, schedule.version, nominal_ms)
-        return self._place(oid, schedule.kind, schedule.payload, schedule.payload_json, nominal_ms,
-                           schedule.jitter_s, now_ms)
-
-    def write_jobs(self, jobs: Sequence[Job]) -> list[Job]:
-        """Write placed jobs (``place_occurrence``) as ``schedule_many`` writes its own,
-        except that an existing job is always left as it is. No retries: a store error
-        propagates (the caller retries)."""
-        return self._write_chunk(jobs, None, keep_existing=True) if jobs else []
 
     @property
     def recurring(self) -> Recurring:

@@ -34,6 +34,12 @@ INSERT OR REPLACE INTO jobs (job_id, kind, payload, payload_json, due_at, fire_a
                              status, attempts, fired_at, last_error)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
+-- name: insert_job_once
+-- An occurrence that exists (fired, cancelled, retried) is left as it is.
+INSERT OR IGNORE INTO jobs (job_id, kind, payload, payload_json, due_at, fire_at, bucket, shard,
+                            status, attempts, fired_at, last_error)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+
 -- name: set_job_status
 UPDATE jobs SET status = ? WHERE job_id = ?;
 

@@ -53,9 +53,10 @@ class AsyncWorkers:
 
     def fire_inline(self, jobs: list[Job]) -> list[Outcome]:
         """Run handlers to completion in the caller's thread, on a loop of its own."""
+        skips = self.core.gate(jobs) if self.core.gate is not None else {}
+
         async def one(job: Job) -> Outcome:
-            gate = self.core.gate
-            if gate is not None and (skipped := gate(job)) is not None:
+            if (skipped := skips.get(job.job_id)) is not None:
                 return skipped
             route = self.app.resolve(job.kind)
             if isinstance(route, str):
@@ -103,16 +104,24 @@ class AsyncWorkers:
 
     # --- on the loop ----------------------------------------------------------------
 
-    def _spawn(self, jobs: list[Job]) -> None:
+    def _spawn(self, jobs: list[Job], skips: dict[str, Outcome] | None = None) -> None:
         # One timer per job, cancelled when it ends: cheaper than ``asyncio.timeout``
         # (a context object and a current-task look-up per job), which cost a fifth of
         # the loop's time at 5,000 handlers. The timeout counts from here.
         loop, resolve, default, timers, done = (self.loop, self.app.resolve, self.default_timeout,
                                                 self._timers, self._done)
+        if skips is None and self.core.gate is not None:
+            occurrences = [j for j in jobs if j.job_id.startswith(OCCURRENCE_PREFIX)]
+            if occurrences:
+                # Their schedules are read first, together, off the loop (see gate).
+                jobs = [j for j in jobs if not j.job_id.startswith(OCCURRENCE_PREFIX)]
+                gated = loop.create_task(self._gated(occurrences))
+                timers[gated] = None  # cancelled at shutdown like a handler
+                gated.add_done_callback(done)
         now = loop.time()
         for job in jobs:
             route = resolve(job.kind)
-            task = loop.create_task(self._fire(job, route))
+            task = loop.create_task(self._fire(job, route, skips.get(job.job_id) if skips else None))
             limit = None if isinstance(route, str) else (default if route.timeout_s is None
                                                          else route.timeout_s)
             timers[task] = None if limit is None else loop.call_at(now + limit, self._expire, task)
@@ -136,15 +145,17 @@ class AsyncWorkers:
         self._expired.add(task)
         task.cancel()
 
-    async def _fire(self, job: Job, route: Route | str) -> None:
+    async def _gated(self, jobs: list[Job]) -> None:
+        assert self.core.gate is not None
+        skips = await self.loop.run_in_executor(None, self.core.gate, jobs)
+        self._spawn(jobs, skips)
+
+    async def _fire(self, job: Job, route: Route | str, skipped: Outcome | None) -> None:
         core = self.core
         if not core.lease():
             core.requeue([job], self.slot)  # ownership in doubt: do not fire
             return
         now_ms = core.clock.now_ms
-        skipped = None
-        if core.gate is not None and job.job_id.startswith(OCCURRENCE_PREFIX):
-            skipped = await self.loop.run_in_executor(None, core.gate, job)
         started = now_ms()
         if skipped is not None:
             outcome = skipped

@@ -3,18 +3,20 @@
 - ``write_successors``, in the reader, for each occurrence read: write the next one
   before the read is applied, so it exists before this one's handler can run, and a
   crash before this one is recorded makes the next owner read it and write it again.
-- ``gate``, in a worker, just before the handler: read the schedule as it is now and
-  fire, skip (superseded, paused, misfire, overlap) or let the occurrence wait.
+- ``gate``, in a worker, just before the handlers of a chunk: read the schedules as
+  they are now and fire, skip (superseded, paused, misfire, overlap) or let each
+  occurrence wait. Its reads refresh the cache the reader uses.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING
 
 from ..dispatch import Outcome
 from ..errors import SchedulerError
 from ..model import OCCURRENCE_PREFIX, Job, Status
-from ..recurring import chain
+from ..recurring import chain, writes
 from ..recurring.schedule import (
     Occurrence,
     Overlap,
@@ -39,9 +41,13 @@ OVERLAP_LOOKBACK = 8
 
 
 # The reader may use a schedule read this long ago to write a successor: a stale one
-# costs at most one occurrence row that the gate (which reads afresh) then skips.
-SCHEDULE_CACHE_S = 10.0
-SCHEDULE_CACHE_MAX = 50_000
+# costs at most one occurrence row that the gate (which reads afresh) then skips, and
+# that gate's read refreshes the cache, which ends the chain at the next read. Longer
+# than a minute, so that the gate's read of occurrence N serves the read of N+1 for
+# schedules every minute: one schedule read per occurrence, not two.
+SCHEDULE_CACHE_S = 120.0
+# About 1 KB each: 100 MB at most. Past it, the least recently read go first.
+SCHEDULE_CACHE_MAX = 100_000
 
 
 class Occurrences:
@@ -49,6 +55,7 @@ class Occurrences:
         self.core = core
         self._client: Client | None = None
         self._cache: dict[str, tuple[float, Schedule | None]] = {}
+        self._cache_lock = threading.Lock()
 
     @property
     def client(self) -> Client:
@@ -62,21 +69,20 @@ class Occurrences:
     def write_successors(self, rows: list[Job]) -> None:
         """Write the next occurrence of every occurrence among ``rows``. A store error
         propagates: the read is not applied and is done again."""
-        occs = [(row, occ) for row in rows
+        occs = [occ for row in rows
                 if row.job_id.startswith(OCCURRENCE_PREFIX) and (occ := parse_occurrence(row.job_id))]
         if not occs:
             return
-        core = self.core
-        schedules = self._schedules([occ for _, occ in occs])
-        now = core.clock.now_ms()
+        schedules = self._schedules(occs)
+        now = self.core.clock.now_ms()
         jobs: dict[str, Job] = {}
-        for _, occ in occs:
+        for occ in occs:
             s = schedules.get(occ.schedule_id)
             for nominal in chain.successors(s, occ, now):
                 assert s is not None
-                job = self.client.place_occurrence(s, nominal, now)
+                job = writes.place(self.client, s, nominal, now)
                 jobs[job.job_id] = job
-        self.client.write_jobs(list(jobs.values()))
+        writes.write(self.client, list(jobs.values()))
 
     def _schedules(self, occs: list[Occurrence]) -> dict[str, Schedule | None]:
         """The occurrences' schedules, from the cache when it says the occurrence is
@@ -95,12 +101,22 @@ class Occurrences:
             elif sid not in out:
                 missing.append(sid)
         if missing:
-            found = self.core.store.get_schedules(missing)
-            if len(cache) + len(missing) > SCHEDULE_CACHE_MAX:
-                cache.clear()
-            for sid in dict.fromkeys(missing):
-                out[sid] = found.get(sid)
-                cache[sid] = (mono, out[sid])
+            out.update(self._read(missing))
+        return out
+
+    def _read(self, schedule_ids: list[str]) -> dict[str, Schedule | None]:
+        """Read these schedules afresh (None: deleted for good), and cache what was read.
+        A store error propagates."""
+        found = self.core.store.get_schedules(schedule_ids)
+        out = {sid: found.get(sid) for sid in schedule_ids}
+        mono = self.core.clock.monotonic()
+        cache = self._cache
+        with self._cache_lock:
+            for sid, s in out.items():
+                cache.pop(sid, None)  # re-inserted last: the dict's order is the age
+                cache[sid] = (mono, s)
+            while len(cache) > SCHEDULE_CACHE_MAX:
+                del cache[next(iter(cache))]
         return out
 
     def _previous(self, occ: Occurrence, times: list[int]) -> chain.Previous:
@@ -113,28 +129,34 @@ class Occurrences:
             return chain.Previous.WAITING
         return chain.Previous.RUNNING if pending else chain.Previous.DONE
 
-    def gate(self, job: Job) -> Outcome | None:
-        """None to fire ``job`` now; else the outcome of skipping it or letting it wait.
-        When the store cannot be read, the occurrence waits: firing one that may have
-        been deleted is not safe."""
-        occ = parse_occurrence(job.job_id)
-        if occ is None:
-            return None
+    def gate(self, jobs: list[Job]) -> dict[str, Outcome]:
+        """The occurrences among ``jobs`` that must not fire now, by job id, with the
+        outcome of skipping them or letting them wait; every other job fires. Their
+        schedules are read afresh, together, just before the first of these handlers
+        runs (a worker hands back the rest of a chunk that ran longer than a few ms, and
+        the rest is read again). When the store cannot be read, every occurrence waits:
+        firing one that may have been deleted is not safe."""
+        occs = [(job, occ) for job in jobs
+                if job.job_id.startswith(OCCURRENCE_PREFIX) and (occ := parse_occurrence(job.job_id))]
+        if not occs:
+            return {}
         core = self.core
-        store = core.store
         now = core.clock.now_ms()
+        out: dict[str, Outcome] = {}
         try:
-            s = store.get_schedules([occ.schedule_id]).get(occ.schedule_id)
-            previous = chain.Previous.DONE
-            if s is not None and s.overlap is not Overlap.ALLOW and chain.current(s, occ):
-                previous = self._previous(occ, s.rule.before(occ.nominal_ms, OVERLAP_LOOKBACK))
+            schedules = self._read(list(dict.fromkeys(occ.schedule_id for _, occ in occs)))
+            for job, occ in occs:
+                s = schedules[occ.schedule_id]
+                previous = chain.Previous.DONE
+                if s is not None and s.overlap is not Overlap.ALLOW and chain.current(s, occ):
+                    previous = self._previous(occ, s.rule.before(occ.nominal_ms, OVERLAP_LOOKBACK))
+                d = chain.decide(s, occ, now, previous)
+                if d.wait:
+                    out[job.job_id] = Outcome(job, False, BUFFERED, now + WAIT_MS, False, now, WAIT)
+                elif not d.fire:
+                    out[job.job_id] = Outcome(job, False, f"skipped: {d.skip}", None, False, now, str(d.skip))
         except SchedulerError as exc:
             core.store_fault.failed(exc)
-            return Outcome(job, False, f"waiting: the schedule could not be read ({exc})",
-                           now + WAIT_MS, False, now, WAIT)
-        d = chain.decide(s, occ, now, previous)
-        if d.fire:
-            return None
-        if d.wait:
-            return Outcome(job, False, BUFFERED, now + WAIT_MS, False, now, WAIT)
-        return Outcome(job, False, f"skipped: {d.skip}", None, False, now, str(d.skip))
+            return {job.job_id: Outcome(job, False, f"waiting: the schedule could not be read ({exc})",
+                                        now + WAIT_MS, False, now, WAIT) for job, _ in occs}
+        return out

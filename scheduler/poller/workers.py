@@ -28,7 +28,7 @@ from typing import Any
 
 from ..dispatch import App, Outcome, Route, failed, run_route
 from ..faults import Summarised
-from ..model import OCCURRENCE_PREFIX, Job
+from ..model import Job
 from .shared import Core
 
 log = logging.getLogger("scheduler.poller")
@@ -139,9 +139,10 @@ class ThreadWorkers:
         core, resolve = self.core, self.app.resolve
         now_ms, rand, finished, slot = core.clock.now_ms, self._rand.random, core.flight.finished, w.slot
         mono, default, lock = time.monotonic, self.default_timeout, w.lock
-        gate = core.gate
         done: list[Outcome] = []
         w.done, w.chunk = done, jobs
+        # Recurring occurrences: their schedules read once for the chunk (see gate).
+        skips = core.gate(jobs) if core.gate is not None else None
         started = mono()
         try:
             for i, job in enumerate(jobs):
@@ -149,12 +150,10 @@ class ThreadWorkers:
                     self.work.put(jobs[i:])
                     self.fast = False
                     break
-                if gate is not None and job.job_id.startswith(OCCURRENCE_PREFIX):
-                    skipped = gate(job)
-                    if skipped is not None:
-                        done.append(skipped)
-                        finished[slot] += 1
-                        continue
+                if skips and (skipped := skips.get(job.job_id)) is not None:
+                    done.append(skipped)
+                    finished[slot] += 1
+                    continue
                 route = resolve(job.kind)
                 timeout = default if isinstance(route, str) or route.timeout_s is None else route.timeout_s
                 # The watchdog reads ``job`` first, so the deadline is set before it.

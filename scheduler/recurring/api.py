@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ScheduleConflict, ScheduleNotFound
 from ..model import Status, check_kind, encode_payload
+from . import writes
 from .rule import Rule, parse_duration
 from .schedule import (
     DEFAULT_CATCHUP_WINDOW_S,
@@ -186,9 +187,9 @@ class Recurring:
             t = s.first_after(t) if t is not None else None
             if t is None:
                 break
-            jobs.append(self.client.place_occurrence(s, t, now))
+            jobs.append(writes.place(self.client, s, t, now))
         if jobs:
-            self.client._retrying(lambda: self.client.write_jobs(jobs))
+            self.client._retrying(lambda: writes.write(self.client, jobs))
 
     def check(self, repair: bool = False) -> list[Schedule]:
         """The active schedules whose chain broke (see ``check.py``); with ``repair``,

@@ -189,6 +189,15 @@ class Store(ABC):
         """
 
     @abstractmethod
+    def insert_once(self, jobs: Sequence[Job], written_ms: int) -> None:
+        """Write jobs that every writer places identically (recurring occurrences, whose
+        id, kind, payload and position derive from their schedule), leaving any that
+        exists as it is: a rewrite never undoes a firing, a retry or a cancel.
+        ``written_ms`` must be earlier than any change made to these jobs after their
+        first write (Cassandra writes the rows with it as their write time: any later
+        change wins). Bucket rows first, as ``insert_many``; the first error raises."""
+
+    @abstractmethod
     def move(self, old: Job, new: Job) -> None:
         """Replace ``old``'s bucket row by ``new``'s and update the lookup row, atomically
         (a logged batch in Cassandra, a transaction in SQLite)."""
@@ -257,7 +266,7 @@ class Store(ABC):
     @abstractmethod
     def get_schedules(self, schedule_ids: Sequence[str]) -> dict[str, Schedule]:
         """The rows of the schedules that exist, by id (``skipped`` is 0: see
-        ``skipped``). One round trip per id at most, concurrently."""
+        ``skipped``). A few round trips at most, concurrently (Cassandra: one per 64 ids)."""
 
     @abstractmethod
     def list_schedules(self) -> list[Schedule]:

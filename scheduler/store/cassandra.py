@@ -9,6 +9,7 @@ lightweight transactions.
 from __future__ import annotations
 
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -30,7 +31,7 @@ from .base import (
     ShardCheckpoint,
     Store,
 )
-from .cbind import FastBinder
+from .cbind import FastBinder, bucket_writes
 from .cconf import CassandraUrl, dt_ms, replication_map, translate
 from .cpolicy import IdempotentRetryPolicy, reconnection_policy
 from .cschedules import CassandraSchedules
@@ -48,6 +49,7 @@ NOT_IDEMPOTENT = frozenset({"add_skipped"})
 # Bucket-row batches stay under Cassandra's default 5 KiB batch warning threshold.
 BATCH_BYTES = 4096
 BATCH_ROWS = 50
+WRITE_SLACK_MS = 60_000
 
 
 class CassandraStore(CassandraSchedules, Store):
@@ -235,32 +237,8 @@ class CassandraStore(CassandraSchedules, Store):
         """See ``Store.insert_many``. Two phases: every bucket row (grouped into
         single-partition unlogged batches, each one atomic mutation), then every lookup
         row. A failure in phase one writes no lookup row."""
-        from cassandra.query import BatchStatement, BatchType
-
         p_bucket, p_job = self.prepared("insert_bucket_row"), self.prepared("insert_job")
-        by_partition: dict[tuple[int, int], list[Job]] = defaultdict(list)
-        for job in jobs:
-            by_partition[(job.bucket, job.shard)].append(job)
-        chunks: list[list[Job]] = []
-        for group in by_partition.values():
-            size = BATCH_BYTES + 1
-            for job in group:
-                row_size = len(job.data) + len(job.job_id) + len(job.kind) + 64
-                if size + row_size > BATCH_BYTES or len(chunks[-1]) >= BATCH_ROWS:
-                    chunks.append([])
-                    size = 0
-                chunks[-1].append(job)
-                size += row_size
-        writes: list[tuple[Any, Any]] = []
-        for chunk in chunks:
-            if len(chunk) == 1:
-                writes.append((p_bucket, bucket_params(chunk[0])))
-            else:
-                batch = BatchStatement(batch_type=BatchType.UNLOGGED)
-                batch.is_idempotent = True
-                for job in chunk:
-                    batch.add(p_bucket, bucket_params(job))
-                writes.append((batch, None))
+        writes = bucket_writes(p_bucket, [(j, bucket_params(j)) for j in jobs], BATCH_BYTES, BATCH_ROWS)
         self._concurrent(writes, f"writing bucket rows of {len(jobs)} jobs")
         step = 1000
         for i in range(0, len(jobs), step):
@@ -268,6 +246,19 @@ class CassandraStore(CassandraSchedules, Store):
             self._concurrent([(p_job, job_params(j)) for j in part], f"writing {len(jobs)} jobs")
             if progress:
                 progress(len(part))
+
+    def insert_once(self, jobs: Sequence[Job], written_ms: int) -> None:
+        """See ``Store.insert_once``: every row written with the fixed write time
+        ``written_ms``, so any later change (a firing, a retry, a cancel's tombstone) wins
+        over a rewrite, and a rewrite of an untouched row writes the same values. Never
+        later than this host's clock, which the driver dates every other write by (a
+        test's fake clock may run ahead of it)."""
+        ts = min(written_ms, int(time.time() * 1000) - WRITE_SLACK_MS) * 1000
+        writes = bucket_writes(self.prepared("insert_bucket_row_at"),
+                               [(j, (*bucket_params(j), ts)) for j in jobs], BATCH_BYTES, BATCH_ROWS)
+        self._concurrent(writes, f"writing bucket rows of {len(jobs)} occurrences")
+        p_job = self.prepared("insert_job_at")
+        self._concurrent([(p_job, (*job_params(j), ts)) for j in jobs], f"writing {len(jobs)} occurrences")
 
     def _concurrent(self, items: list[tuple[Any, Any]], what: str) -> list[Any]:
         """Run statements with up to ``concurrency`` in flight; the first error raises."""

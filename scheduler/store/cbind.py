@@ -24,6 +24,8 @@ from cassandra.cqltypes import DateType
 from cassandra.marshal import int64_pack
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
+from .rows import partition_chunks
+
 Serializer = Callable[[Any, int], bytes]
 
 
@@ -77,3 +79,20 @@ class FastBinder:
                 raise
             append((True, query_id, values))
         return batch
+
+
+def bucket_writes(stmt: Any, rows: list[tuple[Any, tuple[Any, ...]]], max_bytes: int,
+                  max_rows: int) -> list[tuple[Any, Any]]:
+    """Bucket rows (a job and its parameters) grouped into single-partition unlogged
+    batches, each one atomic mutation; a lone row is a plain statement."""
+    writes: list[tuple[Any, Any]] = []
+    for chunk in partition_chunks(rows, max_bytes, max_rows):
+        if len(chunk) == 1:
+            writes.append((stmt, chunk[0][1]))
+        else:
+            batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+            batch.is_idempotent = True
+            for _, params in chunk:
+                batch.add(stmt, params)
+            writes.append((batch, None))
+    return writes

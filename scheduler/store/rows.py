@@ -76,6 +76,28 @@ def bucket_params(job: Job, ts: Any = int) -> tuple[Any, ...]:
             job.data, job.data_json, job.attempts)
 
 
+def partition_chunks(rows: list[tuple[Job, Any]], max_bytes: int,
+                     max_rows: int) -> list[list[tuple[Job, Any]]]:
+    """``rows`` (a job and its parameters) grouped by bucket partition, in chunks of at
+    most ``max_rows`` rows and about ``max_bytes`` (a batch past Cassandra's warning
+    size costs the coordinator more than the round trips it saves)."""
+    by_partition: dict[tuple[int, int], list[tuple[Job, Any]]] = {}
+    for row in rows:
+        by_partition.setdefault((row[0].bucket, row[0].shard), []).append(row)
+    chunks: list[list[tuple[Job, Any]]] = []
+    for group in by_partition.values():
+        size = max_bytes + 1
+        for row in group:
+            job = row[0]
+            row_size = len(job.data) + len(job.job_id) + len(job.kind) + 64
+            if size + row_size > max_bytes or len(chunks[-1]) >= max_rows:
+                chunks.append([])
+                size = 0
+            chunks[-1].append(row)
+            size += row_size
+    return chunks
+
+
 def bucket_key(job: Job, ts: Any = int) -> tuple[Any, ...]:
     """Parameters of ``delete_bucket_row``."""
     return (job.bucket, job.shard, ts(job.fire_ms), job.job_id)

@@ -200,6 +200,14 @@ class SqliteStore(Store):
             if progress:
                 progress(len(part))
 
+    def insert_once(self, jobs: Sequence[Job], written_ms: int) -> None:
+        # The lookup row decides: a cancelled occurrence has no bucket row left, and
+        # must not get one back.
+        with self._tx() as db:
+            for job in jobs:
+                if db.execute(_q("insert_job_once"), job_params(job)).rowcount:
+                    db.execute(_q("insert_bucket_row"), bucket_params(job))
+
     def move(self, old: Job, new: Job) -> None:
         with self._tx() as db:
             db.execute(_q("delete_bucket_row"), bucket_key(old))

@@ -14,6 +14,7 @@ from scheduler import App, Client, Job, ScheduleConflict, ScheduleNotFound, Stat
 from scheduler.clock import FakeClock
 from scheduler.errors import InvalidInput
 from scheduler.keys import from_ms
+from scheduler.recurring import writes
 from scheduler.store import SchemaOptions
 from tests.conftest import make_store
 from tests.contract.test_poller_contract import T0, T0_MS, drive, make_poller
@@ -258,7 +259,7 @@ def test_jitter_is_deterministic_and_never_early(rstore):
     s = client.recurring.create("j", kind="tick", cron="0 * * * *", jitter="10m")
     nominal = s.first_after(T0_MS + 3_600_000)
     assert nominal is not None
-    a, b = client.place_occurrence(s, nominal), client.place_occurrence(s, nominal)
+    a, b = writes.place(client, s, nominal), writes.place(client, s, nominal)
     assert a == b and nominal <= a.fire_ms < nominal + 600_000 and a.due_ms == nominal
     assert a.scheduled_for == from_ms(nominal) and a.schedule_id == "j"
 

@@ -57,3 +57,26 @@ def test_server_clock_is_close(store: Store):
     import time
 
     assert abs(store.server_now_ms() - time.time() * 1000) < 5_000
+
+
+def test_insert_once_never_undoes_a_change(store: Store):
+    """A rewrite of an occurrence (a poller that crashed re-reads its predecessor) keeps
+    whatever happened to it: fired, retried elsewhere, or cancelled."""
+    b = bucket_of_ms(T0_MS, 60) * 1000
+    written = T0_MS - 120_000  # before any change, as the client dates them
+    fired, retried, cancelled, fresh = (row(n, b + 1_000 + i) for i, n in enumerate("frcn"))
+    store.insert_once([fired, retried, cancelled], written)
+    store.record_fired([fired], b + 2_000)
+    later = retried.evolve(fire_ms=b + 30_000, attempts=1)
+    store.record_retry(retried, later, "boom", b + 2_000)
+    store.cancel(cancelled)
+    store.insert_once([fired, retried, cancelled, fresh], written)
+    got = store.get_many(["f", "r", "c", "n"])
+    assert got["f"].status.value == "fired" and got["f"].fired_ms == b + 2_000
+    assert got["r"].status.value == "pending" and got["r"].fire_ms == b + 30_000
+    assert got["r"].attempts == 1 and got["r"].last_error == "boom"
+    assert got["c"].status.value == "cancelled"
+    assert got["n"] == fresh
+    rows = store.read_bucket(fired.bucket, 0, None, b + 60_000, 10)
+    due = [(j.job_id, j.fire_ms) for j in rows if j.fired_ms is None]
+    assert due == [("n", b + 1_003), ("r", b + 30_000)], "only the new one and the retry are left to fire"
