@@ -10,8 +10,13 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ..model import Job
+from ..model import OCCURRENCE_PREFIX, Job
 from .shared import Core
+
+# Occurrences released fewer than this at once wait up to GATE_LINGER_S for more, so
+# that one schedule read serves several (at 1,000 due per second: about five).
+GATE_BATCH = 16
+GATE_LINGER_S = 0.005
 
 
 class Runner(Protocol):
@@ -56,6 +61,13 @@ class Dispatcher:
         core, runner, flight = self.core, self.runner, self.core.flight
         while not core.stopping.is_set():
             jobs = self.due_jobs()
+            if jobs and core.pregate is not None and any(j.job_id.startswith(OCCURRENCE_PREFIX)
+                                                         for j in jobs):
+                # Recurring occurrences: their schedules read once for everything due
+                # within a few ms, instead of once per worker's chunk.
+                if len(jobs) < GATE_BATCH and not core.stopping.wait(GATE_LINGER_S):
+                    jobs += self.due_jobs()
+                core.pregate(jobs)
             if jobs:
                 size = runner.chunk_size(len(jobs))
                 for i in range(0, len(jobs), size):

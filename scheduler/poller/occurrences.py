@@ -5,12 +5,14 @@
   crash before this one is recorded makes the next owner read it and write it again.
 - ``gate``, in a worker, just before the handlers of a chunk: read the schedules as
   they are now and fire, skip (superseded, paused, misfire, overlap) or let each
-  occurrence wait. Its reads refresh the cache the reader uses.
+  occurrence wait. Its reads refresh the cache the reader uses. ``pregate``, in the
+  dispatcher, makes the same decisions for everything released at once, with one read.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from typing import TYPE_CHECKING
 
 from ..dispatch import Outcome
@@ -48,6 +50,12 @@ OVERLAP_LOOKBACK = 8
 SCHEDULE_CACHE_S = 120.0
 # About 1 KB each: 100 MB at most. Past it, the least recently read go first.
 SCHEDULE_CACHE_MAX = 100_000
+# A decision of ``pregate`` is used by a worker this long after its read began (real
+# time); older, the worker reads again (its chunk waited behind slow handlers). A
+# schedule change waits this long before it returns (recurring/api.py), so no decision
+# made before the change is used after it returned.
+PREGATE_FRESH_S = chain.DECISION_FRESH_S
+DECIDED_MAX = 10_000
 
 
 class Occurrences:
@@ -56,6 +64,7 @@ class Occurrences:
         self._client: Client | None = None
         self._cache: dict[str, tuple[float, Schedule | None]] = {}
         self._cache_lock = threading.Lock()
+        self._decided: dict[str, tuple[float, Outcome | None]] = {}
 
     @property
     def client(self) -> Client:
@@ -129,34 +138,78 @@ class Occurrences:
             return chain.Previous.WAITING
         return chain.Previous.RUNNING if pending else chain.Previous.DONE
 
+    def pregate(self, jobs: list[Job]) -> None:
+        """Decide the occurrences among ``jobs`` now, with one read, for ``gate`` to use
+        while the decisions are fresh: the dispatcher calls this for all it releases
+        at once, instead of a read per worker's chunk (one or two jobs each at a steady
+        rate). A store error decides nothing: the workers' gate reads again."""
+        occs = _occurrences(jobs)
+        if not occs:
+            return
+        mono = time.monotonic()  # before the read: a change acknowledged after it may be missed
+        try:
+            decided = self._decide(occs)
+        except SchedulerError:
+            return
+        with self._cache_lock:
+            if len(self._decided) > DECIDED_MAX:
+                self._decided.clear()  # left by jobs handed back at a stop
+            for job, _ in occs:
+                self._decided[job.job_id] = (mono, decided.get(job.job_id))
+
     def gate(self, jobs: list[Job]) -> dict[str, Outcome]:
         """The occurrences among ``jobs`` that must not fire now, by job id, with the
         outcome of skipping them or letting them wait; every other job fires. Their
-        schedules are read afresh, together, just before the first of these handlers
-        runs (a worker hands back the rest of a chunk that ran longer than a few ms, and
-        the rest is read again). When the store cannot be read, every occurrence waits:
-        firing one that may have been deleted is not safe."""
-        occs = [(job, occ) for job in jobs
-                if job.job_id.startswith(OCCURRENCE_PREFIX) and (occ := parse_occurrence(job.job_id))]
+        schedules were read at most ``PREGATE_FRESH_S`` ago (``pregate``) or are read
+        afresh, together, just before the first of these handlers runs (a worker hands
+        back the rest of a chunk that ran longer than a few ms, and the rest is read
+        again). When the store cannot be read, every occurrence waits: firing one that
+        may have been deleted is not safe."""
+        occs = _occurrences(jobs)
         if not occs:
             return {}
+        out: dict[str, Outcome] = {}
+        if self._decided:
+            mono = time.monotonic()
+            todo = []
+            with self._cache_lock:
+                for job, occ in occs:
+                    d = self._decided.pop(job.job_id, None)
+                    if d is None or mono - d[0] > PREGATE_FRESH_S:
+                        todo.append((job, occ))
+                    elif d[1] is not None:
+                        out[job.job_id] = d[1]
+            occs = todo
+        if not occs:
+            return out
+        try:
+            return out | self._decide(occs)
+        except SchedulerError as exc:
+            self.core.store_fault.failed(exc)
+            now = self.core.clock.now_ms()
+            return out | {job.job_id: Outcome(job, False, f"waiting: the schedule could not be read ({exc})",
+                                              now + WAIT_MS, False, now, WAIT) for job, _ in occs}
+
+    def _decide(self, occs: list[tuple[Job, Occurrence]]) -> dict[str, Outcome]:
+        """Read the schedules afresh and decide; only the skips and waits are returned.
+        A store error propagates."""
         core = self.core
         now = core.clock.now_ms()
         out: dict[str, Outcome] = {}
-        try:
-            schedules = self._read(list(dict.fromkeys(occ.schedule_id for _, occ in occs)))
-            for job, occ in occs:
-                s = schedules[occ.schedule_id]
-                previous = chain.Previous.DONE
-                if s is not None and s.overlap is not Overlap.ALLOW and chain.current(s, occ):
-                    previous = self._previous(occ, s.rule.before(occ.nominal_ms, OVERLAP_LOOKBACK))
-                d = chain.decide(s, occ, now, previous)
-                if d.wait:
-                    out[job.job_id] = Outcome(job, False, BUFFERED, now + WAIT_MS, False, now, WAIT)
-                elif not d.fire:
-                    out[job.job_id] = Outcome(job, False, f"skipped: {d.skip}", None, False, now, str(d.skip))
-        except SchedulerError as exc:
-            core.store_fault.failed(exc)
-            return {job.job_id: Outcome(job, False, f"waiting: the schedule could not be read ({exc})",
-                                        now + WAIT_MS, False, now, WAIT) for job, _ in occs}
+        schedules = self._read(list(dict.fromkeys(occ.schedule_id for _, occ in occs)))
+        for job, occ in occs:
+            s = schedules[occ.schedule_id]
+            previous = chain.Previous.DONE
+            if s is not None and s.overlap is not Overlap.ALLOW and chain.current(s, occ):
+                previous = self._previous(occ, s.rule.before(occ.nominal_ms, OVERLAP_LOOKBACK))
+            d = chain.decide(s, occ, now, previous)
+            if d.wait:
+                out[job.job_id] = Outcome(job, False, BUFFERED, now + WAIT_MS, False, now, WAIT)
+            elif not d.fire:
+                out[job.job_id] = Outcome(job, False, f"skipped: {d.skip}", None, False, now, str(d.skip))
         return out
+
+
+def _occurrences(jobs: list[Job]) -> list[tuple[Job, Occurrence]]:
+    return [(job, occ) for job in jobs
+            if job.job_id.startswith(OCCURRENCE_PREFIX) and (occ := parse_occurrence(job.job_id))]

@@ -70,6 +70,7 @@ class Poller:
         self.metrics.store_failing.set_function(core.store_fault.failing_for)
         self.occurrences = Occurrences(core)
         core.gate = self.occurrences.gate
+        core.pregate = self.occurrences.pregate
         self.reader = Reader(core, on_lost=self.lose, on_rows=self.occurrences.write_successors)
         self.workers: ThreadWorkers | AsyncWorkers = (AsyncWorkers(core, app) if is_async
                                                       else ThreadWorkers(core, app))

@@ -132,6 +132,7 @@ class Core:
         # Recurring occurrences: None to fire, or the outcome of a skip or a wait (see
         # occurrences.py). Set by the poller.
         self.gate: Callable[[list[Job]], dict[str, Outcome]] | None = None
+        self.pregate: Callable[[list[Job]], None] | None = None
         self.failure: str | None = None
         self.on_failure: Callable[[str], None] = lambda role: None
         self._failure_lock = threading.Lock()

@@ -12,13 +12,14 @@ schedule created again under the same id starts a fresh chain.
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ScheduleConflict, ScheduleNotFound
 from ..model import Status, check_kind, encode_payload
-from . import writes
+from . import chain, writes
 from .rule import Rule, parse_duration
 from .schedule import (
     DEFAULT_CATCHUP_WINDOW_S,
@@ -173,6 +174,10 @@ class Recurring:
         # against an update or a delete that bumped it, not against each other.
         if not self.store.replace_schedule(new, old.version):
             raise ScheduleConflict(f"schedule {old.schedule_id!r} changed meanwhile; read it and try again")
+        # A poller may still use a decision read just before this change for this long
+        # (occurrences.py): wait it out, so that nothing the change forbids fires once
+        # it has returned.
+        time.sleep(chain.DECISION_FRESH_S)
 
     def _start_chain(self, s: Schedule, count: int = 1) -> None:
         """Write the occurrences at the first ``count`` nominal times after now

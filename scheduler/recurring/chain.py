@@ -26,6 +26,9 @@ from enum import StrEnum
 from .schedule import Misfire, Occurrence, Overlap, Schedule, State
 
 GRACE_MS = 60_000
+# How long a poller may use a decision after its schedule read began; a schedule change
+# waits this long before it returns (see poller/occurrences.py).
+DECISION_FRESH_S = 0.05
 FIRE_ALL_CAP = 100
 
 

@@ -117,6 +117,35 @@ def test_update_supersedes_and_delete_stops_and_recreate_starts_fresh(rstore):
     assert any(at > deleted_at + 20_000 for s, _, at in calls.fired if s == "u")
 
 
+def test_the_dispatchers_decisions_are_used_only_while_fresh(rstore):
+    """``pregate`` reads the schedules of everything released at once; a worker uses
+    that decision for DECISION_FRESH_S after its read began, once, and reads again
+    after it. A change through the API waits that long, so none made before it is used
+    once it returned."""
+    import time
+    from dataclasses import replace
+
+    from scheduler.recurring.chain import DECISION_FRESH_S
+    from scheduler.recurring.schedule import State
+
+    _, client, _, poller = setup(rstore)
+    s = client.recurring.create("g", kind="tick", every="5s")
+    job = writes.place(client, s, s.rule.anchor_ms)
+    occ = poller.occurrences
+    occ.pregate([job])
+    # Behind the API's back (it would wait out the decision): paused in the store.
+    assert rstore.replace_schedule(replace(s, state=State.PAUSED), s.version)
+    assert occ.gate([job]) == {}, "a fresh decision is used as it is"
+    assert occ.gate([job])[job.job_id].error == "skipped: paused", "and only once"
+    occ.pregate([job])
+    assert rstore.replace_schedule(s, s.version)
+    time.sleep(DECISION_FRESH_S * 1.5)
+    assert occ.gate([job]) == {}, "a stale one is read again"
+    occ.pregate([job])
+    client.recurring.pause("g")
+    assert occ.gate([job])[job.job_id].error == "skipped: paused", "the API waited it out"
+
+
 def test_a_crash_between_firing_and_the_next_write_keeps_the_chain(rstore):
     """db-scheduler#189/#565: a chain that never resumes after a crash mid-run. The
     first owner fires an occurrence, then dies before its successor write and before
