@@ -5,8 +5,8 @@
   them for two minutes; measured over the second minute (steady state: each occurrence
   was written by the poller itself, from the previous one):
   - p99 lateness of the handler's start against ``scheduled_for``. Goal: under 1 s.
-  - CPU seconds of this process per occurrence (reading it, reading its schedule twice,
-    writing the next occurrence, recording), against the same for one-shot jobs at the
+  - CPU seconds of this process per occurrence (reading it, reading its schedule once,
+    batched, writing the next occurrence blind, recording), against the same for one-shot jobs at the
     same rate in the same run, producer's writes included (a one-shot job is written by
     a producer; an occurrence by the poller). Goal: at most 1.5x.
 
