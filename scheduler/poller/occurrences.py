@@ -78,8 +78,7 @@ class Occurrences:
     def write_successors(self, rows: list[Job]) -> None:
         """Write the next occurrence of every occurrence among ``rows``. A store error
         propagates: the read is not applied and is done again."""
-        occs = [occ for row in rows
-                if row.job_id.startswith(OCCURRENCE_PREFIX) and (occ := parse_occurrence(row.job_id))]
+        occs = [occ for _, occ in _occurrences(rows)]
         if not occs:
             return
         schedules = self._schedules(occs)

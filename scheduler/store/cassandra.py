@@ -20,6 +20,7 @@ from ..keys import bucket_of_ms, job_hash
 from ..layout import Layout
 from ..model import Job, Status
 from ..progress import Checkpoint
+from ..recurring.writes import WRITE_TIME_SLACK_MS
 from .base import (
     DEAD_LETTER_PARTS,
     SCHEMA_VERSION,
@@ -32,7 +33,7 @@ from .base import (
     Store,
 )
 from .cbind import FastBinder, bucket_writes
-from .cconf import CassandraUrl, dt_ms, replication_map, translate
+from .cconf import READ_GROUP, CassandraUrl, dt_ms, replication_map, translate
 from .cpolicy import IdempotentRetryPolicy, reconnection_policy
 from .cschedules import CassandraSchedules
 from .rows import (
@@ -44,12 +45,10 @@ from .rows import (
     meta_items,
 )
 
-READ_GROUP = 64
 NOT_IDEMPOTENT = frozenset({"add_skipped"})
 # Bucket-row batches stay under Cassandra's default 5 KiB batch warning threshold.
 BATCH_BYTES = 4096
 BATCH_ROWS = 50
-WRITE_SLACK_MS = 60_000
 
 
 class CassandraStore(CassandraSchedules, Store):
@@ -253,7 +252,7 @@ class CassandraStore(CassandraSchedules, Store):
         over a rewrite, and a rewrite of an untouched row writes the same values. Never
         later than this host's clock, which the driver dates every other write by (a
         test's fake clock may run ahead of it)."""
-        ts = min(written_ms, int(time.time() * 1000) - WRITE_SLACK_MS) * 1000
+        ts = min(written_ms, int(time.time() * 1000) - WRITE_TIME_SLACK_MS) * 1000
         writes = bucket_writes(self.prepared("insert_bucket_row_at"),
                                [(j, (*bucket_params(j), ts)) for j in jobs], BATCH_BYTES, BATCH_ROWS)
         self._concurrent(writes, f"writing bucket rows of {len(jobs)} occurrences")

@@ -8,9 +8,8 @@ from typing import Any
 
 from ..model import Job
 from ..recurring.schedule import Schedule
+from .cconf import READ_GROUP
 from .rows import bucket_key, schedule_from_row, schedule_params
-
-READ_GROUP = 64
 
 
 class CassandraSchedules:
