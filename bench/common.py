@@ -43,7 +43,7 @@ def write_bucket_rows(store: CassandraStore, jobs: list[Any], per_batch: int = 2
         for i in range(0, len(group), per_batch):
             batch = BatchStatement(batch_type=BatchType.UNLOGGED)
             for job in group[i:i + per_batch]:
-                batch.add(stmt, bucket_params(job))
+                batch.add(stmt, (*bucket_params(job), store.job_ttl(job)))
             batches.append((batch, None))
             if len(batches) >= 2000:
                 store._concurrent(batches, "bench rows")

@@ -46,9 +46,11 @@ def enqueue(host: str, jobs: int, rounds: int) -> dict[str, Any]:
                     for i, s in enumerate(specs)]
 
             def bare(rows: list[Job] = rows) -> None:
-                execute_concurrent_with_args(store.session, p_bucket, [bucket_params(j) for j in rows],
+                pairs = [(j, store.job_ttl(j)) for j in rows]
+                bucket_rows = [(*bucket_params(j), t) for j, t in pairs]
+                execute_concurrent_with_args(store.session, p_bucket, bucket_rows,
                                              concurrency=store.concurrency)
-                execute_concurrent_with_args(store.session, p_job, [job_params(j) for j in rows],
+                execute_concurrent_with_args(store.session, p_job, [(*job_params(j), t) for j, t in pairs],
                                              concurrency=store.concurrency)
 
             def lib(specs: list[JobSpec] = specs) -> None:

@@ -69,7 +69,7 @@ def load_backlog(store: CassandraStore, n: int, days: int = 30) -> float:
         for k in range(min(per_batch, n - i)):
             job = Job(job_id=f"bl-{i + k}", kind="backlog", data=b"{}", data_json=True,
                       due_ms=fire0 + k, fire_ms=fire0 + k, bucket=bucket, shard=shard)
-            batch.add(stmt, bucket_params(job))
+            batch.add(stmt, (*bucket_params(job), store.job_ttl(job)))
         batches.append((batch, None))
         if len(batches) >= 2000:
             store._concurrent(batches, "backlog")
@@ -195,6 +195,7 @@ def _fire_bare(store: CassandraStore, n: int, now: int, fast_bind: bool = False)
     buckets = range(bucket_of_ms(now - 50_000, 60), bucket_of_ms(now, 60) + 1, 60)
     read, upd = store.prepared("select_bucket_rows"), store.prepared("mark_fired")
     binder = FastBinder(upd)
+    ttl = store.retention.jobs_s
     t0 = time.perf_counter()
     for bucket in buckets:
         for shard in range(SHARDS):
@@ -205,7 +206,7 @@ def _fire_bare(store: CassandraStore, n: int, now: int, fast_bind: bool = False)
                     break
                 batches: list[tuple[Any, None]] = []
                 for i in range(0, len(rows), 50):
-                    params = [(now, r[0], r[1], r[2], r[3]) for r in rows[i:i + 50]]
+                    params = [(ttl, now, r[0], r[1], r[2], r[3]) for r in rows[i:i + 50]]
                     if fast_bind:
                         batches.append((binder.batch(params), None))
                         continue

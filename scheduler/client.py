@@ -29,6 +29,7 @@ from .jobspec import JobSpec, spec_from_dict
 from .keys import bucket_of_ms, jitter_ms, shard_of
 from .layout import Layout, Layouts, check_resize, mark_end_for
 from .model import Job, Status, check_due, check_job_id, check_kind, encode_payload
+from .retention import check_expiry, format_duration
 from .settings import Settings
 from .store import Store, StoreMeta, open_store
 from .store.base import DeadLetter
@@ -144,6 +145,7 @@ class Client:
                jitter_s: float, now_ms: int | None) -> Job:
         now = self.clock.now_ms() if now_ms is None else now_ms
         fire_ms = max(due_ms + jitter_ms(job_id, jitter_s), now + self._meta.late_margin_ms)
+        check_expiry(fire_ms, self._meta.retention, now)
         bucket = bucket_of_ms(fire_ms, self._meta.bucket_width_s)
         layout = self.layouts().write_layout(bucket)
         return Job(job_id=job_id, kind=kind, data=payload, data_json=is_json, due_ms=due_ms,
@@ -368,7 +370,9 @@ class Client:
         check_job_id(job_id)
         job = self._retrying(lambda: self.store.get(job_id))
         if job is None:
-            raise JobNotFound(f"no job with id {job_id!r}")
+            raise JobNotFound(
+                f"no job with id {job_id!r}: unknown, or expired (a job is kept "
+                f"{format_duration(self._meta.retention_s)} after it fires, is cancelled or dies)")
         return job
 
     def _retrying(self, call: Callable[[], T]) -> T:

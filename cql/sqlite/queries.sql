@@ -31,25 +31,24 @@ FROM jobs WHERE job_id = ?;
 
 -- name: insert_job
 INSERT OR REPLACE INTO jobs (job_id, kind, payload, payload_json, due_at, fire_at, bucket, shard,
-                             status, attempts, fired_at, last_error)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+                             status, attempts, fired_at, last_error, expires_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: insert_job_once
 -- An occurrence that exists (fired, cancelled, retried) is left as it is.
 INSERT OR IGNORE INTO jobs (job_id, kind, payload, payload_json, due_at, fire_at, bucket, shard,
-                            status, attempts, fired_at, last_error)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
-
--- name: set_job_status
-UPDATE jobs SET status = ? WHERE job_id = ?;
+                            status, attempts, fired_at, last_error, expires_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: insert_bucket_row
 INSERT OR REPLACE INTO jobs_by_bucket (bucket, shard, fire_at, job_id, due_at, kind, payload,
-                                       payload_json, attempts)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?);
+                                       payload_json, attempts, expires_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
--- name: delete_bucket_row
-DELETE FROM jobs_by_bucket WHERE bucket = ? AND shard = ? AND fire_at = ? AND job_id = ?;
+-- name: insert_bucket_row_full
+INSERT OR REPLACE INTO jobs_by_bucket (bucket, shard, fire_at, job_id, due_at, kind, payload,
+                                       payload_json, attempts, fired_at, expires_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: select_bucket_rows
 SELECT bucket, shard, fire_at, job_id, due_at, kind, payload, payload_json, attempts, fired_at
@@ -87,16 +86,9 @@ SELECT fired_at FROM jobs_by_bucket WHERE bucket = ? AND shard = ? AND fire_at =
 -- name: mark_fired
 UPDATE jobs_by_bucket SET fired_at = ? WHERE bucket = ? AND shard = ? AND fire_at = ? AND job_id = ?;
 
--- name: record_retry
-UPDATE jobs SET status = 'pending', fire_at = ?, bucket = ?, shard = ?, attempts = ?, last_error = ?, fired_at = ?
-WHERE job_id = ?;
-
--- name: record_dead
-UPDATE jobs SET status = 'dead', attempts = ?, last_error = ?, fired_at = ? WHERE job_id = ?;
-
 -- name: insert_dead_letter
-INSERT OR REPLACE INTO dead_letters (part, job_id, kind, due_at, attempts, error, died_at)
-VALUES (?, ?, ?, ?, ?, ?, ?);
+INSERT OR REPLACE INTO dead_letters (part, job_id, kind, due_at, attempts, error, died_at, expires_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: select_dead_letters
 SELECT job_id, kind, due_at, attempts, error, died_at FROM dead_letters WHERE part = ?;
@@ -130,3 +122,16 @@ UPDATE schedules SET skipped = skipped + ? WHERE schedule_id = ?;
 
 -- name: record_skipped
 UPDATE jobs SET status = 'cancelled', last_error = ?, fired_at = ? WHERE job_id = ?;
+
+-- name: update_meta
+INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?);
+
+-- The sweep that applies the retention (the embedded store has no TTLs).
+-- name: sweep_bucket_rows
+DELETE FROM jobs_by_bucket WHERE expires_at <= ?;
+
+-- name: sweep_jobs
+DELETE FROM jobs WHERE expires_at <= ?;
+
+-- name: sweep_dead_letters
+DELETE FROM dead_letters WHERE expires_at <= ?;

@@ -17,8 +17,9 @@ from ..layout import Layout, Layouts
 from ..model import Job, Status
 from ..progress import Checkpoint, Key
 from ..recurring.schedule import Schedule
+from ..retention import DEFAULT_DEAD_RETENTION_S, DEFAULT_RETENTION_S, Retention
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # A producer pushes a job's fire time to at least now + late margin, so it lands
 # ahead of any poller's read cursor: a poller reads at most late_margin - 2 * max_skew
@@ -38,6 +39,14 @@ class StoreMeta:
     max_skew_ms: int
     # Buckets before this one never held jobs: a shard without a checkpoint starts here.
     origin_bucket: int
+    # How long rows are kept (the only settings that can change after creation; see
+    # scheduler.retention). A keyspace older than v003 has none: the defaults.
+    retention_s: int = DEFAULT_RETENTION_S
+    dead_retention_s: int = DEFAULT_DEAD_RETENTION_S
+
+    @property
+    def retention(self) -> Retention:
+        return Retention(self.retention_s, self.dead_retention_s)
 
 
 @dataclass(frozen=True)
@@ -48,6 +57,9 @@ class SchemaOptions:
     max_skew_ms: int = DEFAULT_MAX_SKEW_MS
     # Cassandra only: "simple:1" or "nts:dc1=3,dc2=3".
     replication: str = "simple:1"
+    # None keeps the keyspace's value (the default for a new keyspace); a value changes it.
+    retention_s: int | None = None
+    dead_retention_s: int | None = None
 
 
 @dataclass(frozen=True)
@@ -56,6 +68,8 @@ class SchemaResult:
     to_version: int
     created: bool
     meta: StoreMeta
+    # The retention settings before this apply, when it changed them (else None).
+    retention_was: Retention | None = None
 
 
 ProgressFn = Callable[[int], None]
@@ -126,11 +140,22 @@ class Store(ABC):
                 late_margin_ms=int(raw["late_margin_ms"]),
                 max_skew_ms=int(raw["max_skew_ms"]),
                 origin_bucket=int(raw["origin_bucket"]),
+                retention_s=int(raw.get("retention_s", DEFAULT_RETENTION_S)),
+                dead_retention_s=int(raw.get("dead_retention_s", DEFAULT_DEAD_RETENTION_S)),
             )
         except KeyError as exc:
             raise SchemaError(
                 f"store {self.url} has no setting {exc.args[0]}; run `scheduler schema apply`"
             ) from None
+
+    @property
+    def retention(self) -> Retention:
+        """The keyspace's retention, read once per store object: a change reaches a
+        process when it next opens the store (``schema apply`` says so)."""
+        cached: Retention | None = self.__dict__.get("_retention")
+        if cached is None:
+            cached = self.__dict__["_retention"] = self.meta().retention
+        return cached
 
     def layouts(self) -> Layouts:
         found = self._read_layouts()
@@ -199,12 +224,15 @@ class Store(ABC):
 
     @abstractmethod
     def move(self, old: Job, new: Job) -> None:
-        """Replace ``old``'s bucket row by ``new``'s and update the lookup row, atomically
-        (a logged batch in Cassandra, a transaction in SQLite)."""
+        """Retire ``old``'s bucket row (marked done, expiring a retention from now; no
+        tombstone) and write ``new``'s rows, atomically (a logged batch in Cassandra, a
+        transaction in SQLite). When both sit at the same key, the row is re-armed."""
 
     @abstractmethod
     def cancel(self, job: Job) -> None:
-        """Delete the job's bucket row and mark it cancelled, atomically."""
+        """Retire the job's bucket row (marked done, so a poller skips it: no tombstone in
+        an open bucket) and mark it cancelled, atomically; both rows expire a retention
+        from now."""
 
     # --- pollers ---------------------------------------------------------------------
 

@@ -9,22 +9,19 @@ lightweight transactions.
 from __future__ import annotations
 
 import threading
-import time
-from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
 from .. import queries
 from ..errors import ConfigError, OwnershipLost, SchedulerError, SchemaError, StoreUnavailable
-from ..keys import bucket_of_ms, job_hash
+from ..keys import bucket_of_ms
 from ..layout import Layout
 from ..model import Job, Status
 from ..progress import Checkpoint
 from ..recurring.writes import WRITE_TIME_SLACK_MS
+from ..retention import ttl_s
 from .base import (
-    DEAD_LETTER_PARTS,
     SCHEMA_VERSION,
-    DeadLetter,
     PartRange,
     ProgressFn,
     SchemaOptions,
@@ -34,24 +31,27 @@ from .base import (
 )
 from .cbind import FastBinder, bucket_writes
 from .cconf import READ_GROUP, CassandraUrl, dt_ms, replication_map, translate
+from .cfire import BATCH_ROWS, CassandraFiring, host_ms
 from .cpolicy import IdempotentRetryPolicy, reconnection_policy
 from .cschedules import CassandraSchedules
 from .rows import (
     bucket_key,
     bucket_params,
+    done_bucket_params,
     job_from_row,
     job_params,
     jobs_from_bucket_rows,
     meta_items,
+    retention_changes,
+    retention_of,
 )
 
 NOT_IDEMPOTENT = frozenset({"add_skipped"})
 # Bucket-row batches stay under Cassandra's default 5 KiB batch warning threshold.
 BATCH_BYTES = 4096
-BATCH_ROWS = 50
 
 
-class CassandraStore(CassandraSchedules, Store):
+class CassandraStore(CassandraFiring, CassandraSchedules, Store):
     def __init__(self, url: str, *, concurrency: int = 128, request_timeout_s: float = 10.0,
                  connect_timeout_s: float = 5.0) -> None:
         from cassandra import ConsistencyLevel
@@ -155,19 +155,29 @@ class CassandraStore(CassandraSchedules, Store):
             for key, value in meta_items(options, origin):
                 if key not in existing:
                     self.run("insert_meta", (key, value))
+            changes = retention_changes(options, existing)
+            for key, value in changes:
+                self.run("update_meta", (key, value))
+            if changes or current < 3:
+                grace = retention_of(self._read_meta_raw()).gc_grace_s
+                for table in ("jobs_by_bucket", "jobs"):
+                    self.session.execute(ddl["set_gc_grace"].replace("{table}", table)
+                                         .replace("{seconds}", str(int(grace))))
             if not self.run("select_layouts"):
                 self.run("insert_layout", (origin, options.shard_count, now_ms))
         except SchedulerError:
             raise
         except Exception as exc:
             raise translate(exc, "schema apply") from exc
+        self.__dict__.pop("_retention", None)
         meta = self.meta()
         if meta.bucket_width_s != options.bucket_width_s:
             raise ConfigError(
                 f"keyspace {self.keyspace!r} uses {meta.bucket_width_s}s buckets, fixed at creation; "
                 f"drop --bucket-width or pass {meta.bucket_width_s}"
             )
-        return SchemaResult(current, SCHEMA_VERSION, current == 0, meta)
+        return SchemaResult(current, SCHEMA_VERSION, current == 0, meta,
+                            retention_of(existing) if changes else None)
 
     def _read_meta_raw(self) -> dict[str, str]:
         return {k: v for k, v in self.run("select_meta")}
@@ -237,14 +247,26 @@ class CassandraStore(CassandraSchedules, Store):
         single-partition unlogged batches, each one atomic mutation), then every lookup
         row. A failure in phase one writes no lookup row."""
         p_bucket, p_job = self.prepared("insert_bucket_row"), self.prepared("insert_job")
-        writes = bucket_writes(p_bucket, [(j, bucket_params(j)) for j in jobs], BATCH_BYTES, BATCH_ROWS)
+        ttls = [self.job_ttl(j) for j in jobs]
+        rows = [(j, (*bucket_params(j), t)) for j, t in zip(jobs, ttls, strict=True)]
+        writes = bucket_writes(p_bucket, rows, BATCH_BYTES, BATCH_ROWS)
         self._concurrent(writes, f"writing bucket rows of {len(jobs)} jobs")
         step = 1000
         for i in range(0, len(jobs), step):
-            part = jobs[i:i + step]
-            self._concurrent([(p_job, job_params(j)) for j in part], f"writing {len(jobs)} jobs")
+            part = zip(jobs[i:i + step], ttls[i:i + step], strict=True)
+            self._concurrent([(p_job, (*job_params(j), t)) for j, t in part], f"writing {len(jobs)} jobs")
             if progress:
-                progress(len(part))
+                progress(len(jobs[i:i + step]))
+
+    def job_ttl(self, job: Job) -> int:
+        """The TTL of a job's rows written before it fires: they end a retention after
+        its fire time. Cassandra counts a TTL from its own clock, so this host's clock
+        (not a caller's, possibly fake, clock) is the reference."""
+        return ttl_s(self.retention.after_fire_ms(job.fire_ms), host_ms())
+
+    def _event_ttl(self) -> int:
+        """The TTL of rows retired now (cancel, reschedule): a retention from now."""
+        return int(self.retention.jobs_s)
 
     def insert_once(self, jobs: Sequence[Job], written_ms: int) -> None:
         """See ``Store.insert_once``: every row written with the fixed write time
@@ -252,12 +274,15 @@ class CassandraStore(CassandraSchedules, Store):
         over a rewrite, and a rewrite of an untouched row writes the same values. Never
         later than this host's clock, which the driver dates every other write by (a
         test's fake clock may run ahead of it)."""
-        ts = min(written_ms, int(time.time() * 1000) - WRITE_TIME_SLACK_MS) * 1000
+        ts = min(written_ms, host_ms() - WRITE_TIME_SLACK_MS) * 1000
+        ttls = [self.job_ttl(j) for j in jobs]
         writes = bucket_writes(self.prepared("insert_bucket_row_at"),
-                               [(j, (*bucket_params(j), ts)) for j in jobs], BATCH_BYTES, BATCH_ROWS)
+                               [(j, (*bucket_params(j), ts, t)) for j, t in zip(jobs, ttls, strict=True)],
+                               BATCH_BYTES, BATCH_ROWS)
         self._concurrent(writes, f"writing bucket rows of {len(jobs)} occurrences")
         p_job = self.prepared("insert_job_at")
-        self._concurrent([(p_job, (*job_params(j), ts)) for j in jobs], f"writing {len(jobs)} occurrences")
+        self._concurrent([(p_job, (*job_params(j), ts, t)) for j, t in zip(jobs, ttls, strict=True)],
+                         f"writing {len(jobs)} occurrences")
 
     def _concurrent(self, items: list[tuple[Any, Any]], what: str) -> list[Any]:
         """Run statements with up to ``concurrency`` in flight; the first error raises."""
@@ -285,16 +310,20 @@ class CassandraStore(CassandraSchedules, Store):
             raise translate(exc, what) from exc
 
     def move(self, old: Job, new: Job) -> None:
-        self._batch(f"rescheduling job {new.job_id!r}", [
-            ("delete_bucket_row", bucket_key(old)),
-            ("insert_bucket_row", bucket_params(new)),
-            ("insert_job", job_params(new)),
-        ])
+        ttl = self.job_ttl(new)
+        if bucket_key(old) == bucket_key(new):
+            # Re-armed in place: fired_at goes back to null (one cell tombstone, rare).
+            rows = [("insert_bucket_row_full", (*done_bucket_params(new, None), ttl))]
+        else:
+            rows = [("insert_bucket_row_full", (*done_bucket_params(old, host_ms()), self._event_ttl())),
+                    ("insert_bucket_row", (*bucket_params(new), ttl))]
+        self._batch(f"rescheduling job {new.job_id!r}", [*rows, ("insert_job", (*job_params(new), ttl))])
 
     def cancel(self, job: Job) -> None:
+        ttl = self._event_ttl()
         self._batch(f"cancelling job {job.job_id!r}", [
-            ("delete_bucket_row", bucket_key(job)),
-            ("set_job_status", (str(Status.CANCELLED), job.job_id)),
+            ("insert_bucket_row_full", (*done_bucket_params(job, host_ms()), ttl)),
+            ("insert_job", (*job_params(job.evolve(status=Status.CANCELLED)), ttl)),
         ])
 
     # --- pollers -----------------------------------------------------------------------
@@ -356,53 +385,9 @@ class CassandraStore(CassandraSchedules, Store):
                                 None if u is None else dt_ms(u))
                 for sh, b, f, j, o, e, u in self.run("select_checkpoints")]
 
-    def record_fired(self, jobs: Sequence[Job], fired_ms: int) -> None:
-        """One single-partition batch per (bucket, shard): one mutation for many jobs."""
-        binder = self._binder("mark_fired")
-        by_partition: dict[tuple[int, int], list[tuple[Any, ...]]] = defaultdict(list)
-        for job in jobs:
-            by_partition[(job.bucket, job.shard)].append(
-                (fired_ms, job.bucket, job.shard, job.fire_ms, job.job_id))
-        writes: list[tuple[Any, Any]] = []
-        for group in by_partition.values():
-            for i in range(0, len(group), BATCH_ROWS):
-                part = group[i:i + BATCH_ROWS]
-                if len(part) == 1:
-                    writes.append((binder.stmt, part[0]))
-                else:
-                    writes.append((binder.batch(part), None))
-        self._concurrent(writes, f"recording {len(jobs)} fired jobs")
-
-    def record_retry(self, old: Job, new: Job, error: str, now_ms: int) -> None:
-        self._batch(f"scheduling a retry of {new.job_id!r}", [
-            ("mark_fired", (now_ms, *bucket_key(old))),
-            ("insert_bucket_row", bucket_params(new)),
-            ("record_retry", (new.fire_ms, new.bucket, new.shard, new.attempts, error, now_ms,
-                              new.job_id)),
-        ])
-
-    def record_dead(self, job: Job, error: str, now_ms: int) -> None:
-        self._batch(f"dead-lettering {job.job_id!r}", [
-            ("mark_fired", (now_ms, *bucket_key(job))),
-            ("record_dead", (job.attempts + 1, error, now_ms, job.job_id)),
-            ("insert_dead_letter", (job_hash(job.job_id) % DEAD_LETTER_PARTS, job.job_id, job.kind,
-                                    job.due_ms, job.attempts + 1, error, now_ms)),
-        ])
-
-    def dead_letters(self) -> list[DeadLetter]:
-        stmt = self.prepared("select_dead_letters")
-        out: list[DeadLetter] = []
-        parts = [(stmt, (p,)) for p in range(DEAD_LETTER_PARTS)]
-        for rows in self._concurrent(parts, "reading dead letters"):
-            out.extend(DeadLetter(j, k, dt_ms(d), int(a), e, dt_ms(t)) for j, k, d, a, e, t in rows)
-        return out
-
-    def delete_dead_letter(self, job_id: str) -> None:
-        self.run("delete_dead_letter", (job_hash(job_id) % DEAD_LETTER_PARTS, job_id),
-                 f"removing dead letter {job_id!r}")
-
     def release_version(self) -> str:
         return str(self.run("release_version")[0][0])
 
     def close(self) -> None:
         self._cluster.shutdown()
+

@@ -18,6 +18,7 @@ class CassandraSchedules:
     _concurrent: Any
     _batch: Any
     prepared: Any
+    job_ttl: Any
 
     def insert_schedule(self, schedule: Schedule) -> bool:
         applied, _ = self._lwt("insert_schedule", schedule_params(schedule),
@@ -55,7 +56,8 @@ class CassandraSchedules:
         self.run("add_skipped", (n, schedule_id), f"counting skips of {schedule_id!r}")
 
     def record_skipped(self, job: Job, reason: str, now_ms: int) -> None:
+        ttl = self.job_ttl(job)
         self._batch(f"skipping {job.job_id!r}", [
-            ("mark_fired", (now_ms, *bucket_key(job))),
-            ("record_skipped", (reason, now_ms, job.job_id)),
+            ("mark_fired", (ttl, now_ms, *bucket_key(job))),
+            ("record_skipped", (ttl, reason, now_ms, job.job_id)),
         ])

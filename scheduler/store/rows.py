@@ -8,6 +8,7 @@ from typing import Any
 from ..model import POISON_KIND, Job, Status
 from ..recurring.rule import Rule
 from ..recurring.schedule import Misfire, Overlap, Schedule, State
+from ..retention import DEFAULT_DEAD_RETENTION_S, DEFAULT_RETENTION_S, Retention
 
 
 def job_from_row(row: Any, to_ms: Any = int) -> Job:
@@ -98,19 +99,41 @@ def partition_chunks(rows: list[tuple[Job, Any]], max_bytes: int,
     return chunks
 
 
+def done_bucket_params(job: Job, fired_ms: int | None, ts: Any = int) -> tuple[Any, ...]:
+    """Parameters of ``insert_bucket_row_full``: the whole row, ``fired_at`` included (a
+    retired row has one, so pollers skip it; a re-armed row has None)."""
+    return (*bucket_params(job, ts), None if fired_ms is None else ts(fired_ms))
+
+
 def bucket_key(job: Job, ts: Any = int) -> tuple[Any, ...]:
-    """Parameters of ``delete_bucket_row``."""
+    """The primary key of a job's bucket row."""
     return (job.bucket, job.shard, ts(job.fire_ms), job.job_id)
 
 
 def meta_items(options: Any, origin_bucket: int) -> list[tuple[str, str]]:
-    """The keyspace settings written once at creation (later applies keep the first)."""
+    """The keyspace settings written when missing (later applies keep the first)."""
     return [
         ("bucket_width_s", str(options.bucket_width_s)),
         ("late_margin_ms", str(options.late_margin_ms)),
         ("max_skew_ms", str(options.max_skew_ms)),
         ("origin_bucket", str(origin_bucket)),
+        ("retention_s", str(options.retention_s or DEFAULT_RETENTION_S)),
+        ("dead_retention_s", str(options.dead_retention_s or DEFAULT_DEAD_RETENTION_S)),
     ]
+
+
+def retention_changes(options: Any, existing: dict[str, str]) -> list[tuple[str, str]]:
+    """The retention settings ``options`` changes in a keyspace that has ``existing``."""
+    out = []
+    for key, value in (("retention_s", options.retention_s), ("dead_retention_s", options.dead_retention_s)):
+        if value is not None and key in existing and existing[key] != str(value):
+            out.append((key, str(value)))
+    return out
+
+
+def retention_of(raw: dict[str, str]) -> Retention:
+    return Retention(int(raw.get("retention_s", DEFAULT_RETENTION_S)),
+                     int(raw.get("dead_retention_s", DEFAULT_DEAD_RETENTION_S)))
 
 
 def schedule_params(s: Schedule) -> tuple[Any, ...]:

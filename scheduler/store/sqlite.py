@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,13 +36,23 @@ from .base import (
 from .rows import (
     bucket_key,
     bucket_params,
+    done_bucket_params,
     job_from_row,
     job_params,
     jobs_from_bucket_rows,
     meta_items,
+    retention_changes,
+    retention_of,
     schedule_from_row,
     schedule_params,
 )
+
+# Expired rows are deleted at most this often, by whichever call comes first.
+SWEEP_EVERY_S = 1.0
+
+
+def _host_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 def _q(name: str) -> str:
@@ -67,12 +78,14 @@ class SqliteStore(Store):
             raise StoreUnavailable(f"cannot open {self.url}: {exc}") from None
         self._lock = threading.RLock()
         self._closed = False
+        self._next_sweep = 0.0
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
             if self._closed:
                 raise StoreUnavailable(f"store {self.url} is closed")
+            self._sweep()
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
@@ -85,6 +98,7 @@ class SqliteStore(Store):
         with self._lock:
             if self._closed:
                 raise StoreUnavailable(f"store {self.url} is closed")
+            self._sweep()
             try:
                 return self._db.execute(sql, params).fetchall()
             except sqlite3.OperationalError as exc:
@@ -93,6 +107,19 @@ class SqliteStore(Store):
                         f"store {self.url} has no scheduler schema; run `scheduler schema apply`"
                     ) from None
                 raise
+
+    def _sweep(self) -> None:
+        """Delete expired rows (the retention; Cassandra uses TTLs), at most once per
+        ``SWEEP_EVERY_S``: a row may outlive its expiry by that much. Caller holds the lock."""
+        now = time.monotonic()
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + SWEEP_EVERY_S
+        try:
+            for name in ("sweep_bucket_rows", "sweep_jobs", "sweep_dead_letters"):
+                self._db.execute(_q(name), (_host_ms(),))
+        except sqlite3.OperationalError:
+            pass  # no schema yet, or older than v003: nothing carries an expiry
 
     # --- schema ------------------------------------------------------------------------
 
@@ -119,17 +146,23 @@ class SqliteStore(Store):
                 db.execute(_q("insert_schema_version"), (version, desc, now_ms))
             created = current == 0
             origin = bucket_of_ms(now_ms, options.bucket_width_s)
+            existing = {k: v for k, v in db.execute(_q("select_meta")).fetchall()}
             for key, value in meta_items(options, origin):
                 db.execute(_q("insert_meta"), (key, value))
+            changes = retention_changes(options, existing)
+            for key, value in changes:
+                db.execute(_q("update_meta"), (key, value))
             if not db.execute(_q("select_layouts")).fetchall():
                 db.execute(_q("insert_layout"), (origin, options.shard_count, now_ms))
+        self.__dict__.pop("_retention", None)
         meta = self.meta()
         if meta.bucket_width_s != options.bucket_width_s:
             raise ConfigError(
                 f"store {self.url} uses {meta.bucket_width_s}s buckets, fixed at creation; "
                 f"drop --bucket-width or pass {meta.bucket_width_s}"
             )
-        return SchemaResult(current, SCHEMA_VERSION, created, meta)
+        return SchemaResult(current, SCHEMA_VERSION, created, meta,
+                            retention_of(existing) if changes else None)
 
     def _read_meta(self) -> dict[str, str]:
         raw = {k: v for k, v in self._all(_q("select_meta"))}
@@ -194,9 +227,12 @@ class SqliteStore(Store):
         chunk = 500
         for i in range(0, len(jobs), chunk):
             part = jobs[i:i + chunk]
+            expiry = [self.retention.after_fire_ms(j.fire_ms) for j in part]
             with self._tx() as db:
-                db.executemany(_q("insert_bucket_row"), [bucket_params(j) for j in part])
-                db.executemany(_q("insert_job"), [job_params(j) for j in part])
+                db.executemany(_q("insert_bucket_row"),
+                               [(*bucket_params(j), e) for j, e in zip(part, expiry, strict=True)])
+                db.executemany(_q("insert_job"),
+                               [(*job_params(j), e) for j, e in zip(part, expiry, strict=True)])
             if progress:
                 progress(len(part))
 
@@ -205,19 +241,26 @@ class SqliteStore(Store):
         # must not get one back.
         with self._tx() as db:
             for job in jobs:
-                if db.execute(_q("insert_job_once"), job_params(job)).rowcount:
-                    db.execute(_q("insert_bucket_row"), bucket_params(job))
+                expiry = self.retention.after_fire_ms(job.fire_ms)
+                if db.execute(_q("insert_job_once"), (*job_params(job), expiry)).rowcount:
+                    db.execute(_q("insert_bucket_row"), (*bucket_params(job), expiry))
 
     def move(self, old: Job, new: Job) -> None:
+        # As in Cassandra: the old row is retired (marked done), not deleted.
+        expiry, now = self.retention.after_fire_ms(new.fire_ms), _host_ms()
         with self._tx() as db:
-            db.execute(_q("delete_bucket_row"), bucket_key(old))
-            db.execute(_q("insert_bucket_row"), bucket_params(new))
-            db.execute(_q("insert_job"), job_params(new))
+            if bucket_key(old) != bucket_key(new):
+                db.execute(_q("insert_bucket_row_full"),
+                           (*done_bucket_params(old, now), self.retention.after_event_ms(now)))
+            db.execute(_q("insert_bucket_row_full"), (*done_bucket_params(new, None), expiry))
+            db.execute(_q("insert_job"), (*job_params(new), expiry))
 
     def cancel(self, job: Job) -> None:
+        now = _host_ms()
+        expiry = self.retention.after_event_ms(now)
         with self._tx() as db:
-            db.execute(_q("delete_bucket_row"), bucket_key(job))
-            db.execute(_q("set_job_status"), (str(Status.CANCELLED), job.job_id))
+            db.execute(_q("insert_bucket_row_full"), (*done_bucket_params(job, now), expiry))
+            db.execute(_q("insert_job"), (*job_params(job.evolve(status=Status.CANCELLED)), expiry))
 
     # --- pollers -----------------------------------------------------------------------
 
@@ -256,18 +299,22 @@ class SqliteStore(Store):
             db.executemany(_q("mark_fired"), [(fired_ms, *bucket_key(j)) for j in jobs])
 
     def record_retry(self, old: Job, new: Job, error: str, now_ms: int) -> None:
+        expiry = self.retention.after_fire_ms(new.fire_ms)
+        retry = new.evolve(status=Status.PENDING, last_error=error, fired_ms=now_ms)
         with self._tx() as db:
             db.execute(_q("mark_fired"), (now_ms, *bucket_key(old)))
-            db.execute(_q("insert_bucket_row"), bucket_params(new))
-            db.execute(_q("record_retry"), (new.fire_ms, new.bucket, new.shard, new.attempts, error,
-                                            now_ms, new.job_id))
+            db.execute(_q("insert_bucket_row"), (*bucket_params(new), expiry))
+            db.execute(_q("insert_job"), (*job_params(retry), expiry))
 
     def record_dead(self, job: Job, error: str, now_ms: int) -> None:
+        ret, host = self.retention, _host_ms()
+        dead = job.evolve(status=Status.DEAD, attempts=job.attempts + 1, last_error=error, fired_ms=now_ms)
         with self._tx() as db:
             db.execute(_q("mark_fired"), (now_ms, *bucket_key(job)))
-            db.execute(_q("record_dead"), (job.attempts + 1, error, now_ms, job.job_id))
+            db.execute(_q("insert_job"), (*job_params(dead), ret.dead_lookup_ms(host)))
             db.execute(_q("insert_dead_letter"), (job_hash(job.job_id) % DEAD_LETTER_PARTS, job.job_id,
-                                                  job.kind, job.due_ms, job.attempts + 1, error, now_ms))
+                                                  job.kind, job.due_ms, job.attempts + 1, error, now_ms,
+                                                  ret.dead_letter_ms(host)))
 
     def dead_letters(self) -> list[DeadLetter]:
         out: list[DeadLetter] = []

@@ -29,8 +29,8 @@ def cstore(cassandra_keyspace):
 
 def _rows(n: int) -> list[tuple[object, ...]]:
     naive = datetime(2027, 1, 15, 9, 30, 1, 123000)  # the driver's own timestamp type
-    return [(T0_MS + 7, T0_MS // 1000, 2, T0_MS + i, f"job-{i}") for i in range(n - 1)] + [
-        (naive, T0_MS // 1000, 2, None, "job-last")]
+    return [(3600, T0_MS + 7, T0_MS // 1000, 2, T0_MS + i, f"job-{i}") for i in range(n - 1)] + [
+        (60, naive, T0_MS // 1000, 2, None, "job-last")]
 
 
 def test_same_values_as_the_drivers_bind(cstore):
@@ -59,11 +59,11 @@ def test_fallback_path_gives_the_same_batch(cstore):
 
 def test_wrong_values_raise_before_sending(cstore):
     fast = FastBinder(cstore.prepared("mark_fired"))
-    good = (T0_MS, T0_MS // 1000, 1, T0_MS, "a")
-    with pytest.raises(ValueError, match="expected 5 values"):
-        fast.batch([good, (T0_MS, T0_MS // 1000)])
+    good = (60, T0_MS, T0_MS // 1000, 1, T0_MS, "a")
+    with pytest.raises(ValueError, match="expected 6 values"):
+        fast.batch([good, (60, T0_MS, T0_MS // 1000)])
     with pytest.raises(TypeError):
-        fast.batch([good, (T0_MS, "not a bucket", 1, T0_MS, "b")])
+        fast.batch([good, (60, T0_MS, "not a bucket", 1, T0_MS, "b")])
 
 
 def test_record_fired_marks_every_row(cstore):
@@ -75,7 +75,7 @@ def test_record_fired_marks_every_row(cstore):
                fire_ms=bucket * 1000, bucket=bucket, shard=3)
     stmt = cstore.prepared("insert_bucket_row")
     for job in [*jobs, lone]:
-        cstore.session.execute(stmt, bucket_params(job))
+        cstore.session.execute(stmt, (*bucket_params(job), cstore.job_ttl(job)))
     cstore.record_fired([*jobs, lone], T0_MS + 999)
     for shard, expect in ((1, 120), (3, 1)):
         rows = cstore.read_bucket(bucket, shard, None, bucket * 1000 + 60_000, 1000)
