@@ -39,33 +39,53 @@ def schema_apply(
     shards: Annotated[int, typer.Option(help="Shard count S of a new keyspace.")] = 16,
     bucket_width: Annotated[int, typer.Option(help="Bucket width in seconds, fixed at creation.")] = 60,
     replication: Annotated[str, typer.Option(help="simple:RF or nts:DC=RF[,DC=RF].")] = "simple:1",
+    retention: Annotated[str | None, typer.Option(
+        help="Keep a job's rows this long after it fires, is cancelled or dies (90s, 12h, 7d). "
+             "Default 7d for a new keyspace; given for an existing one, changes it.")] = None,
+    dead_retention: Annotated[str | None, typer.Option(
+        help="Keep dead letters this long (default 30d); changes an existing keyspace's.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Create the keyspace and tables, or upgrade them; safe to run again."""
     from .clock import SystemClock
     from .layout import check_shard_count
+    from .retention import format_duration, parse_duration
     from .store import SchemaOptions, open_store
 
     with errors():
         check_shard_count(shards)
         if not 1 <= bucket_width <= 3600 or 3600 % bucket_width:
             raise InvalidInput(f"--bucket-width {bucket_width} must divide 3600 (e.g. 1, 10, 60)")
+        keep = None if retention is None else parse_duration(retention, "--retention")
+        keep_dead = None if dead_retention is None else parse_duration(dead_retention, "--dead-retention")
         st = open_store(Settings.from_env().require_store(store))
         try:
             res = st.apply_schema(SchemaOptions(shard_count=shards, bucket_width_s=bucket_width,
-                                                replication=replication), SystemClock().now_ms())
+                                                replication=replication, retention_s=keep,
+                                                dead_retention_s=keep_dead), SystemClock().now_ms())
         finally:
             st.close()
+    meta = res.meta
     data = {"store": st.url, "from_version": res.from_version, "version": res.to_version,
-            "created": res.created, "bucket_width_s": res.meta.bucket_width_s,
-            "origin_bucket": res.meta.origin_bucket}
+            "created": res.created, "bucket_width_s": meta.bucket_width_s,
+            "origin_bucket": meta.origin_bucket, "retention_s": meta.retention_s,
+            "dead_retention_s": meta.dead_retention_s, "retention_changed": res.retention_was is not None}
     if res.created:
         what = "created"
     elif res.from_version < res.to_version:
         what = f"upgraded from v{res.from_version}"
     else:
         what = "already current"
-    emit(data, as_json, lambda: typer.echo(f"schema v{res.to_version} on {st.url} ({what})"))
+    lines = [f"schema v{res.to_version} on {st.url} ({what}); retention {format_duration(meta.retention_s)}, "
+             f"dead letters {format_duration(meta.dead_retention_s)}"]
+    if res.retention_was is not None:
+        was = res.retention_was
+        lines.append(
+            f"retention changed (was {format_duration(was.jobs_s)}, "
+            f"dead letters {format_duration(was.dead_s)}): "
+            "it applies to rows written from now on by processes started after this change (restart "
+            "producers and pollers); rows already written keep the expiry they were written with")
+    emit(data, as_json, lambda: typer.echo("\n".join(lines)))
 
 
 # --- jobs -------------------------------------------------------------------------------

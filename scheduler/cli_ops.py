@@ -74,15 +74,18 @@ def status(store: StoreOpt = None, coordinator: CoordOpt = None, as_json: JsonOp
     """The fleet at a glance: pollers, shards per poller, layouts and the worst lag."""
     from .clock import SystemClock
     from .observe import fleet_status
+    from .retention import format_duration
 
     with errors():
         st, fleet = _open(store, coordinator)
         try:
             s = fleet_status(st, SystemClock().now_ms(), fleet())
+            ret = st.retention
         finally:
             st.close()
     data = {"pollers": s.members, "shards_per_poller": s.shards_per_owner, "unowned_shards": s.unowned,
-            "layouts": s.layouts, "worst": s.worst.to_dict() if s.worst else None}
+            "layouts": s.layouts, "worst": s.worst.to_dict() if s.worst else None,
+            "retention_s": ret.jobs_s, "dead_retention_s": ret.dead_s}
 
     def human() -> None:
         from rich.console import Console
@@ -105,6 +108,8 @@ def status(store: StoreOpt = None, coordinator: CoordOpt = None, as_json: JsonOp
         if s.worst:
             console.print(f"worst lag: shard {s.worst.shard}, {_fmt_lag(s.worst.lag_s)}, "
                           f"due backlog {s.worst.backlog}")
+        console.print(f"retention: jobs {format_duration(ret.jobs_s)} after they fire, are cancelled "
+                      f"or die; dead letters {format_duration(ret.dead_s)}")
 
     emit(data, as_json, human)
 

@@ -60,6 +60,12 @@ class SchemaOptions:
     # None keeps the keyspace's value (the default for a new keyspace); a value changes it.
     retention_s: int | None = None
     dead_retention_s: int | None = None
+    # Stop at this schema version (tests of upgrades); None: the latest.
+    upto: int | None = None
+
+    @property
+    def target_version(self) -> int:
+        return SCHEMA_VERSION if self.upto is None else min(self.upto, SCHEMA_VERSION)
 
 
 @dataclass(frozen=True)

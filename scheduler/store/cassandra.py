@@ -138,6 +138,7 @@ class CassandraStore(CassandraFiring, CassandraSchedules, Store):
             self.session.execute(ddl["create_schema_versions"])
             rows = list(self.session.execute(ddl["select_schema_version"]))
             current = int(rows[0][0]) if rows else 0
+            target = options.target_version
             if current > SCHEMA_VERSION:
                 raise SchemaError(
                     f"keyspace {self.keyspace!r} has schema v{current}, newer than this scheduler "
@@ -145,7 +146,7 @@ class CassandraStore(CassandraFiring, CassandraSchedules, Store):
                 )
             insert_version = self.session.prepare(ddl["insert_schema_version"])
             for version, desc, text in queries.versions("versions"):
-                if version <= current:
+                if version <= current or version > target:
                     continue
                 for stmt in queries.statements(text):
                     self.session.execute(stmt.replace("{keyspace}", self.keyspace))
@@ -158,7 +159,7 @@ class CassandraStore(CassandraFiring, CassandraSchedules, Store):
             changes = retention_changes(options, existing)
             for key, value in changes:
                 self.run("update_meta", (key, value))
-            if changes or current < 3:
+            if (changes or current < 3) and target >= 3:
                 grace = retention_of(self._read_meta_raw()).gc_grace_s
                 for table in ("jobs_by_bucket", "jobs"):
                     self.session.execute(ddl["set_gc_grace"].replace("{table}", table)
@@ -176,7 +177,7 @@ class CassandraStore(CassandraFiring, CassandraSchedules, Store):
                 f"keyspace {self.keyspace!r} uses {meta.bucket_width_s}s buckets, fixed at creation; "
                 f"drop --bucket-width or pass {meta.bucket_width_s}"
             )
-        return SchemaResult(current, SCHEMA_VERSION, current == 0, meta,
+        return SchemaResult(current, max(current, target), current == 0, meta,
                             retention_of(existing) if changes else None)
 
     def _read_meta_raw(self) -> dict[str, str]:

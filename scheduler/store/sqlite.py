@@ -133,13 +133,14 @@ class SqliteStore(Store):
     def apply_schema(self, options: SchemaOptions, now_ms: int) -> SchemaResult:
         with self._tx() as db:
             current = self._schema_version()
+            target = options.target_version
             if current > SCHEMA_VERSION:
                 raise SchemaError(
                     f"store {self.url} has schema v{current}, newer than this scheduler "
                     f"(v{SCHEMA_VERSION}); upgrade the scheduler"
                 )
             for version, desc, text in queries.versions("sqlite"):
-                if version <= current:
+                if version <= current or version > target:
                     continue
                 for stmt in queries.statements(text):
                     db.execute(stmt)
@@ -161,7 +162,7 @@ class SqliteStore(Store):
                 f"store {self.url} uses {meta.bucket_width_s}s buckets, fixed at creation; "
                 f"drop --bucket-width or pass {meta.bucket_width_s}"
             )
-        return SchemaResult(current, SCHEMA_VERSION, created, meta,
+        return SchemaResult(current, max(current, target), created, meta,
                             retention_of(existing) if changes else None)
 
     def _read_meta(self) -> dict[str, str]:

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from scheduler import Client, InvalidInput, JobNotFound, JobSpec, Status
+from scheduler import Client, InvalidInput, Job, JobNotFound, JobSpec, Status
 from scheduler.clock import FakeClock
 from scheduler.errors import ConfigError, ResizeRefused
 from scheduler.keys import bucket_of, from_ms, shard_of
@@ -32,7 +32,7 @@ def client(store: Store, clock: FakeClock):
     c.close()
 
 
-def pending(store: Store, bucket: int, shard: int) -> list:
+def pending(store: Store, bucket: int, shard: int) -> list[Job]:
     """The rows a poller would fire: a cancelled or moved job's row stays, marked done
     (no tombstone in an open bucket), until it expires."""
     return [r for r in store.read_bucket(bucket, shard, None, 2**62, 10_000) if r.status is Status.PENDING]

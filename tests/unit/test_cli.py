@@ -78,6 +78,9 @@ BAD = [
      "not valid JSON"),
     (["shards", "resize", "--count", "8", "--at", "2020-01-01T00:00:00Z"], "earliest allowed cutover"),
     (["shards", "resize", "--count", "0", "--at", "2030-01-01T00:00:00Z"], "shard count"),
+    (["schedule", "--id", "x", "--at", "2038-01-18T00:00:00Z", "--kind", "k"], "too far ahead"),
+    (["schema", "apply", "--retention", "7days"], "--retention '7days' is not a duration"),
+    (["schema", "apply", "--dead-retention", "0d"], "--dead-retention '0d' is not a duration"),
 ]
 
 
@@ -166,3 +169,20 @@ def test_operator_views_reject_bad_input(store, args, message):
     res = run(*args, store=store)
     assert res.returncode == 1 and res.stdout == ""
     assert res.stderr.strip().count("\n") == 0 and message in res.stderr
+
+
+def test_retention_is_set_changed_and_shown(store):
+    res = run("schema", "apply", "--retention", "12h", "--json", store=store)
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["retention_s"] == 43_200 and data["dead_retention_s"] == 30 * 86_400
+    assert data["retention_changed"]
+    human = run("schema", "apply", "--retention", "3d", store=store).stdout
+    assert "retention changed (was 12h" in human and "rows already written keep the expiry" in human
+    again = json.loads(run("schema", "apply", "--json", store=store).stdout)
+    assert again["retention_s"] == 3 * 86_400 and not again["retention_changed"]
+    status = json.loads(run("status", "--json", store=store).stdout)
+    assert status["retention_s"] == 3 * 86_400 and status["dead_retention_s"] == 30 * 86_400
+    assert "retention: jobs 3d" in run("status", store=store).stdout
+    missing = run("get", "nope", store=store)
+    assert missing.returncode == 1 and "unknown, or expired" in missing.stderr
