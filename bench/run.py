@@ -26,6 +26,7 @@ from bench import fleet as fleet_bench
 from bench import peer as peer_bench
 from bench import poller as poller_bench
 from bench import recurring as recurring_bench
+from bench import storage as storage_bench
 from bench.common import drop, fresh_store
 
 SHARDS = poller_bench.SHARDS
@@ -45,10 +46,12 @@ class Sizes:
     peer_near: int
     peer_window_s: float
     recurring_schedules: int
+    storage: tuple[int, int, int]  # jobs/s, retention s, minutes
 
 
-QUICK = Sizes(10_000, 2, 1_000_000, 50_000, 3, 10, 15, 8_000, 24, 100_000, 20.0, 10_000)
-FULL = Sizes(20_000, 3, 10_000_000, 100_000, 5, 30, 30, 24_000, 45, 1_000_000, 120.0, 100_000)
+QUICK = Sizes(10_000, 2, 1_000_000, 50_000, 3, 10, 15, 8_000, 24, 100_000, 20.0, 10_000, (500, 60, 5))
+FULL = Sizes(20_000, 3, 10_000_000, 100_000, 5, 30, 30, 24_000, 45, 1_000_000, 120.0, 100_000,
+             (1000, 120, 10))
 
 
 def entry(value: float | None, unit: str, baseline: float | None, baseline_is: str, goal: str,
@@ -143,11 +146,18 @@ def run_all(args: argparse.Namespace, sizes: Sizes) -> tuple[dict[str, Any], dic
                      r["one_shot"]["cpu_ms_per_job"], "CPU ms per one-shot job (producer included)",
                      "p99 lateness < 1 s, cost <= 1.5x", r["met"], r, ratio=r["cost_ratio"])
 
+    def storage() -> dict[str, Any]:
+        r = storage_bench.storage_steady_state(args.host, *sizes.storage)
+        return entry(r["end"]["rows_total"], "live rows at the end", r["first_steady"]["rows_total"],
+                     "live rows at the first steady minute", r["goal"], r["met"], r,
+                     ratio=r["ratios"]["rows"])
+
     step("enqueue", enqueue)
     step("fire_throughput", fire)
     step("lateness", lateness)
     step("async_handlers", async_handlers)
     step("recurring", recurring)
+    step("storage_steady_state", storage)
 
     # One store holds the far-future backlog for poll cost, RSS and the peer's far set.
     empty = fresh_store(args.host, "bench_empty", SHARDS)

@@ -229,7 +229,7 @@ class Client:
                       and u.due_ms == j.due_ms and u.kind == j.kind and u.data == j.data}
         # A job whose earlier write may have landed keeps that placement (its rows are
         # written again, an idempotent upsert); _repair_slow_writes then moves it if it
-        # is no longer safe there, deleting the earlier row in the same batch.
+        # is no longer safe there, retiring the earlier row in the same batch.
         jobs = [unsure.get(j.job_id) or self._replace_if_near(j, now) for j in jobs]
         fresh = [j for j in jobs if j.job_id not in existing]
         moved: list[tuple[Job, Job]] = []

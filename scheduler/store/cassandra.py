@@ -271,7 +271,7 @@ class CassandraStore(CassandraFiring, CassandraSchedules, Store):
 
     def insert_once(self, jobs: Sequence[Job], written_ms: int) -> None:
         """See ``Store.insert_once``: every row written with the fixed write time
-        ``written_ms``, so any later change (a firing, a retry, a cancel's tombstone) wins
+        ``written_ms``, so any later change (a firing, a retry, a cancel) wins
         over a rewrite, and a rewrite of an untouched row writes the same values. Never
         later than this host's clock, which the driver dates every other write by (a
         test's fake clock may run ahead of it)."""
