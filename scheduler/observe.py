@@ -21,7 +21,7 @@ from typing import Any
 from .assign import live_shards
 from .coord import FleetSnapshot
 from .keys import bucket_of_ms, from_ms
-from .model import Job
+from .model import Job, Status
 from .store.base import PartRange, ShardCheckpoint, Store
 
 # How many buckets past a checkpoint the backlog count reads per shard: a day of
@@ -106,7 +106,14 @@ def bucket_rows(store: Store, bucket: int, shard: int | None, limit: int = 100_0
     out: list[Job] = []
     for s in shards:
         out.extend(store.read_bucket(bucket, s, None, end_ms, limit))
-    return out
+    # A cancelled job's row is retired (marked done), not deleted: its lookup row says why.
+    done = store.get_many([j.job_id for j in out if j.fired_ms is not None])
+
+    def cancelled(j: Job) -> bool:
+        d = done.get(j.job_id)
+        return d is not None and d.status is Status.CANCELLED and d.fire_ms == j.fire_ms
+
+    return [j.evolve(status=Status.CANCELLED) if cancelled(j) else j for j in out]
 
 
 @dataclass(frozen=True)

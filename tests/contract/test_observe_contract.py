@@ -14,7 +14,7 @@ from scheduler.coord import FleetSnapshot
 from scheduler.errors import SchedulerError
 from scheduler.exporter import LagExporter
 from scheduler.keys import bucket_of_ms
-from scheduler.model import Job
+from scheduler.model import Job, Status
 from scheduler.observe import bucket_rows, fleet_status, forecast, lag_report
 from scheduler.progress import Checkpoint
 from scheduler.store import SchemaOptions, Store
@@ -101,6 +101,14 @@ def test_bucket_rows_include_fired_rows(st: Store):
     rows = {j.job_id: j for j in bucket_rows(st, B0, None)}
     assert set(rows) == {"a", "b"} and rows["a"].fired_ms == T0_MS + 1500
     assert [j.job_id for j in bucket_rows(st, B0, 3)] == ["b"]
+
+
+def test_bucket_rows_show_a_cancelled_row_as_cancelled(st: Store):
+    c = job("c", T0_MS + 3000, 1)
+    st.insert_many([c])
+    st.cancel(c)
+    (row,) = bucket_rows(st, B0, 1)
+    assert row.job_id == "c" and row.status is Status.CANCELLED
 
 
 def test_exporter_lag_keeps_growing_when_reads_fail(st: Store):
