@@ -3,7 +3,7 @@ stops growing (``storage_steady_state``).
 
 A producer schedules ``rate`` jobs/s, each due ``LEAD_S`` ahead, and cancels 1 % of them
 (a cancel retires the row instead of deleting it); one poller fires the rest. The
-keyspace's retention is short (2 minutes; quick: 1 minute), so rows expire during the
+keyspace's retention is short (2 minutes; quick: 30 s), so rows expire during the
 run. At the first minute of steady state (retention + lead + one minute in) and at the
 end, the same figures are taken; the goals compare the end with that first point:
 
@@ -164,7 +164,7 @@ def main() -> None:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    rate, keep, minutes = (500, 60, 5) if args.quick else (1000, 120, 10)
+    rate, keep, minutes = (500, 30, 3) if args.quick else (1000, 120, 10)
     report({"machine": machine(), "quick": args.quick,
             "storage_steady_state": storage_steady_state(args.host, rate, keep, minutes)}, args.json)
 

@@ -200,8 +200,10 @@ class Store(ABC):
     @abstractmethod
     def read_bucket(self, bucket: int, shard: int, after: tuple[int, str] | None,
                     until_ms: int, limit: int) -> list[Job]:
-        """Pending rows of one partition in ``(fire_ms, job_id)`` order, strictly after the
-        cursor ``after`` (None: from the start) and with ``fire_ms <= until_ms``."""
+        """Rows of one partition in ``(fire_ms, job_id)`` order, strictly after the cursor
+        ``after`` (None: from the start) and with ``fire_ms <= until_ms``. Fired rows and
+        rows retired by a cancel or a move are included, with ``fired_at`` set, until
+        their retention passes."""
 
     @abstractmethod
     def count_pending(self, parts: Sequence[PartRange]) -> list[int]:

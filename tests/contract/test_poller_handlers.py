@@ -40,7 +40,9 @@ def wait_for(cond, seconds: float, what: str) -> None:
 def test_hung_handlers_time_out_while_the_others_fire_on_time(live_store):
     """16 handlers hang for ever (as many as the worker threads) while 2,000 jobs are
     due over 4 s: the hung ones are timed out, retried, then dead-lettered, and the
-    others fire with p99 lateness under 100 ms."""
+    others fire on time. The bound (p99 under 500 ms) is loose on purpose: this is not a
+    speed test, and a worker pool blocked by the hung handlers would make the others late
+    by the whole hang (minutes), not by a fraction of a second."""
     release = threading.Event()
     lateness: list[int] = []
     now_ms = SystemClock().now_ms
@@ -69,7 +71,7 @@ def test_hung_handlers_time_out_while_the_others_fire_on_time(live_store):
         poller.stop()
     lateness.sort()
     assert lateness[0] >= 0, "never early"
-    assert lateness[int(len(lateness) * 0.99)] < 100, f"p99 {lateness[int(len(lateness) * 0.99)]} ms"
+    assert lateness[int(len(lateness) * 0.99)] < 500, f"p99 {lateness[int(len(lateness) * 0.99)]} ms"
     dead = client.get("h3")
     assert dead.status is Status.DEAD and dead.attempts == 2
     assert dead.last_error == "timed out after 0.05 s"
