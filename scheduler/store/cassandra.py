@@ -109,6 +109,13 @@ class CassandraStore(CassandraFiring, CassandraSchedules, Store):
                         f"({exc.summary if hasattr(exc, 'summary') else exc}); "
                         f"run `scheduler schema apply --store {self.url}`"
                     ) from None
+                except Exception as exc:
+                    # Statements are prepared on first use, which can be in the middle of
+                    # an outage (or just after a frozen process resumes): the caller must
+                    # see the same typed error, and retry, as for a failed execute.
+                    raise StoreUnavailable(
+                        f"preparing {name} failed ({type(exc).__name__}); nothing was sent, "
+                        "retrying is safe once Cassandra answers") from exc
                 # Everything but a lightweight transaction or a counter is an upsert or
                 # a delete of fixed values: safe to send twice (see cpolicy).
                 stmt.is_idempotent = " IF " not in text.upper() and name not in NOT_IDEMPOTENT

@@ -82,8 +82,10 @@ def test_a_frozen_poller_is_fenced_and_fires_nothing_after_resuming(fleet_env):
     check(records, due)
     late_fires = [r for r in records if r.pid == frozen.pid and r.fired_ms > resumed_at]
     assert not late_fires, f"the frozen poller fired after resuming: {late_fires[:3]}"
-    assert frozen.wait(timeout=30) == 3, "a member whose session expired exits for a restart"
+    code = frozen.wait(timeout=30)
     log = Path(f"{out}.log").read_text()
+    mine = [line for line in log.splitlines() if f'"pid": {frozen.pid}' in line or "Traceback" in line]
+    assert code == 3, ("a member whose session expired exits for a restart", code, mine[-15:])
     assert '"action": "zk_session_lost"' in log and '"action": "member_ended"' in log
 
 
