@@ -60,8 +60,11 @@ def live_rows(store: CassandraStore) -> dict[str, int]:
 
 
 def disk_bytes(store: CassandraStore) -> dict[str, int]:
-    nodetool("flush", store.keyspace)
-    nodetool("compact", store.keyspace)
+    # Only the two measured tables: flushing the whole keyspace also flushed the paxos
+    # state of the checkpoints table, and Cassandra 5.0.8 then failed every LWT on it
+    # with "Unknown CF" (seen twice here, in the full-size run).
+    nodetool("flush", store.keyspace, *TABLES)
+    nodetool("compact", store.keyspace, *TABLES)
     out = {}
     for table in TABLES:
         text = nodetool("tablestats", f"{store.keyspace}.{table}")

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -28,7 +27,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 from urllib.parse import urlparse
 
-from .errors import ConfigError, StoreUnavailable
+from .errors import ConfigError, SchedulerError, StoreUnavailable
+from .security import ZkSecurity, explain_zookeeper, is_loopback
+from .settings import zookeeper_credentials as read_credentials
+from .settings import zookeeper_security
 
 log = logging.getLogger("scheduler.coord")
 
@@ -131,44 +133,43 @@ class LocalCoordinator:
 RECONNECT = {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 1.0}
 
 
-def read_credentials(env: dict[str, str] | None = None) -> str | None:
-    """``user:password`` for ZooKeeper digest auth from ``SCHEDULER_ZK_AUTH`` or the file
-    named by ``SCHEDULER_ZK_AUTH_FILE``; never from the command line."""
-    env = dict(os.environ) if env is None else env
-    if env.get("SCHEDULER_ZK_AUTH"):
-        cred = env["SCHEDULER_ZK_AUTH"]
-    elif env.get("SCHEDULER_ZK_AUTH_FILE"):
-        try:
-            with open(env["SCHEDULER_ZK_AUTH_FILE"], encoding="utf-8") as fh:
-                cred = fh.read().strip()
-        except OSError as exc:
-            raise ConfigError(f"cannot read SCHEDULER_ZK_AUTH_FILE: {exc.strerror}") from None
-    else:
-        return None
-    if ":" not in cred or cred.startswith(":"):
-        raise ConfigError("ZooKeeper credentials must look like user:password")
-    return cred
+def kazoo_client(hosts: str, timeout_s: float, credentials: str | None, security: ZkSecurity,
+                 **kwargs: Any) -> Any:
+    """A ``KazooClient`` with the settings' TLS and digest credentials. Digest credentials
+    cross the wire in clear text: refused (``ConfigError``) without TLS unless every
+    host is a loopback address."""
+    from kazoo.client import KazooClient
+
+    if credentials and security.tls is None and not is_loopback(hosts):
+        raise ConfigError(f"ZooKeeper digest credentials would cross the network in clear text to "
+                          f"{hosts}: set SCHEDULER_ZK_CA (TLS) or use a loopback address")
+    auth = [("digest", credentials)] if credentials else None
+    return KazooClient(hosts=hosts, timeout=timeout_s, auth_data=auth, **security.kazoo_args(), **kwargs)
+
+
+def zk_unreachable(hosts: str, exc: BaseException, security: ZkSecurity, hint: str) -> SchedulerError:
+    """The one error for a ZooKeeper connection that failed: the TLS cause when there is one."""
+    return explain_zookeeper(exc, hosts, security.tls) or StoreUnavailable(
+        f"cannot reach ZooKeeper at {hosts} ({type(exc).__name__}: {exc}); {hint}")
 
 
 class ZooKeeperCoordinator:
     def __init__(self, hosts: str, root: str, *, session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S,
-                 credentials: str | None = None) -> None:
-        from kazoo.client import KazooClient
+                 credentials: str | None = None, security: ZkSecurity | None = None) -> None:
         from kazoo.security import make_digest_acl
 
         self.hosts, self.root = hosts, root.rstrip("/") or "/scheduler"
         self.session_timeout_s = session_timeout_s
         acl = None
-        auth = None
         if credentials:
             user, _, password = credentials.partition(":")
             acl = [make_digest_acl(user, password, all=True)]
-            auth = [("digest", credentials)]
         # kazoo's default reconnection delay doubles up to an hour: after a 30 s outage of
         # every server it waited up to ~50 s more once they were back. Our servers are
         # few and a connection attempt is cheap: retry at least every second.
-        self.zk = KazooClient(hosts=hosts, timeout=session_timeout_s, default_acl=acl, auth_data=auth,
-                              connection_retry=RECONNECT)
+        self.security = security or ZkSecurity()
+        self.zk = kazoo_client(hosts, session_timeout_s, credentials, self.security, default_acl=acl,
+                               connection_retry=RECONNECT)
         self.member_id = ""
         self._locks: dict[int, Any] = {}
         self._tokens: dict[int, int] = {}
@@ -190,9 +191,11 @@ class ZooKeeperCoordinator:
         try:
             self.zk.start(timeout=15)
         except (KazooTimeoutError, KazooException) as exc:
-            raise StoreUnavailable(
-                f"cannot reach ZooKeeper at {self.hosts} ({exc}); start it (ops/zookeeper start) "
-                "or fix --coordinator") from None
+            with contextlib.suppress(Exception):
+                self.zk.stop()
+                self.zk.close()
+            raise zk_unreachable(self.hosts, exc, self.security,
+                                 "start it (ops/zookeeper start) or fix --coordinator") from None
         for path in (f"{self.root}/members", f"{self.root}/locks"):
             self.zk.ensure_path(path)
         # The fleet reads the member list every tick (0.5 s), so no watch is needed.
@@ -349,11 +352,11 @@ class FleetSnapshot:
 
 
 def read_fleet(url: str, *, timeout_s: float = 10.0,
-               credentials: Callable[[], str | None] = read_credentials) -> FleetSnapshot | None:
+               credentials: Callable[[], str | None] = read_credentials,
+               security: Callable[[], ZkSecurity] = zookeeper_security) -> FleetSnapshot | None:
     """Members and lock holders, read without joining the fleet. None for ``local``
     coordination (it lives inside one process). Raises ``StoreUnavailable`` when
     ZooKeeper cannot be reached."""
-    from kazoo.client import KazooClient
     from kazoo.exceptions import KazooException, NoNodeError
     from kazoo.handlers.threading import KazooTimeoutError
 
@@ -363,9 +366,8 @@ def read_fleet(url: str, *, timeout_s: float = 10.0,
     if parsed.scheme != "zookeeper" or not parsed.netloc:
         raise ConfigError(f"unknown coordinator {url!r}: use local or zookeeper://HOST:PORT[,HOST:PORT]/ROOT")
     root = (parsed.path or "/scheduler").rstrip("/") or "/scheduler"
-    cred = credentials()
-    zk = KazooClient(hosts=parsed.netloc, timeout=timeout_s,
-                     auth_data=[("digest", cred)] if cred else None)
+    sec = security()
+    zk = kazoo_client(parsed.netloc, timeout_s, credentials(), sec)
     try:
         zk.start(timeout=timeout_s)
         members = sorted(zk.get_children(f"{root}/members")) if zk.exists(f"{root}/members") else []
@@ -385,7 +387,7 @@ def read_fleet(url: str, *, timeout_s: float = 10.0,
                 continue
         return FleetSnapshot(members, owners)
     except (KazooTimeoutError, KazooException) as exc:
-        raise StoreUnavailable(f"cannot read the fleet from ZooKeeper at {parsed.netloc} ({exc})") from None
+        raise zk_unreachable(parsed.netloc, exc, sec, "the fleet could not be read") from None
     finally:
         with contextlib.suppress(Exception):
             zk.stop()
@@ -393,7 +395,8 @@ def read_fleet(url: str, *, timeout_s: float = 10.0,
 
 
 def open_coordinator(url: str | None, *, session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S,
-                     credentials: Callable[[], str | None] = read_credentials) -> Coordinator:
+                     credentials: Callable[[], str | None] = read_credentials,
+                     security: Callable[[], ZkSecurity] = zookeeper_security) -> Coordinator:
     """``local`` or ``zookeeper://h1:2181,h2:2181/root``."""
     if not url or url == "local":
         return LocalCoordinator()
@@ -403,4 +406,5 @@ def open_coordinator(url: str | None, *, session_timeout_s: float = DEFAULT_SESS
     if parsed.scheme != "zookeeper" or not parsed.netloc:
         raise ConfigError(f"unknown coordinator {url!r}: use local or zookeeper://HOST:PORT[,HOST:PORT]/ROOT")
     return ZooKeeperCoordinator(parsed.netloc, parsed.path or "/scheduler",
-                                session_timeout_s=session_timeout_s, credentials=credentials())
+                                session_timeout_s=session_timeout_s, credentials=credentials(),
+                                security=security())

@@ -23,6 +23,18 @@ class ConfigError(SchedulerError):
     """The configuration is invalid; fix the setting named in the message."""
 
 
+class AuthenticationError(ConfigError):
+    """The server refused the login; fix the user or password setting named in the message."""
+
+
+class TlsError(ConfigError):
+    """A TLS connection could not be set up; the message names the cause and the setting."""
+
+
+class PermissionDenied(SchedulerError):
+    """The role lacks a permission; the message names it and the role to use."""
+
+
 class StoreUnavailable(SchedulerError):
     """The store cannot be reached; check that it is running and the URL is right."""
 

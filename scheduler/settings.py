@@ -8,6 +8,15 @@
 | SCHEDULER_LAYOUT_CACHE_TTL_S | 30 | how long a producer may use cached shard layouts |
 | SCHEDULER_LOAD_CONCURRENCY | 128 | requests in flight for bulk loads (old name: SCHEDULER_CONCURRENCY) |
 | SCHEDULER_METRICS_ADDRESS | 127.0.0.1:9460 | where `scheduler run` serves /metrics; ``off`` for none |
+| SCHEDULER_CASSANDRA_USER | (none) | Cassandra login (a user in the store URL wins) |
+| SCHEDULER_CASSANDRA_PASSWORD_FILE | (none) | file holding its password, re-read on each new connection |
+| SCHEDULER_CASSANDRA_PASSWORD | (none) | the password itself (the file is preferred) |
+| SCHEDULER_CASSANDRA_CA | (none) | CA file (PEM): turns TLS on and trusts only that CA |
+| SCHEDULER_CASSANDRA_TLS | false | TLS with the system's CAs, when no CA file is given |
+| SCHEDULER_CASSANDRA_CERT, _KEY | (none) | client certificate and key (PEM), for mutual TLS |
+| SCHEDULER_CASSANDRA_VERIFY_HOSTNAME | true | ``false`` accepts any name (logged as a warning) |
+| SCHEDULER_ZK_CA, _TLS, _CERT, _KEY, _VERIFY_HOSTNAME | | the same for ZooKeeper |
+| SCHEDULER_ZK_AUTH_FILE / SCHEDULER_ZK_AUTH | (none) | ``user:password`` digest credentials |
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ from dataclasses import dataclass
 
 from .errors import ConfigError
 from .model import DEFAULT_MAX_PAYLOAD_BYTES
+from .security import CassandraSecurity, Secret, TlsConfig, ZkSecurity
 
 
 def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
@@ -31,6 +41,67 @@ def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> i
     if value < minimum:
         raise ConfigError(f"{name}={value} must be at least {minimum}")
     return value
+
+
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = (env.get(name) or "").strip().lower()
+    if raw == "":
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name}={raw!r} is not a boolean; use true or false")
+
+
+def _tls(env: Mapping[str, str], prefix: str) -> TlsConfig | None:
+    """TLS toward one service: on when a CA file is given or ``<prefix>_TLS`` is true."""
+    ca = env.get(f"{prefix}_CA") or None
+    cert, key = env.get(f"{prefix}_CERT") or None, env.get(f"{prefix}_KEY") or None
+    if not (ca or _bool(env, f"{prefix}_TLS", False)):
+        if cert or key:
+            raise ConfigError(f"{prefix}_CERT/_KEY are set but TLS is off: set {prefix}_CA "
+                              f"(or {prefix}_TLS=true)")
+        return None
+    return TlsConfig(ca=ca, cert=cert, key=key,
+                     verify_hostname=_bool(env, f"{prefix}_VERIFY_HOSTNAME", True), prefix=prefix)
+
+
+def cassandra_security(env: Mapping[str, str] | None = None) -> CassandraSecurity:
+    """Credentials and TLS toward Cassandra from the environment. Nothing is read from
+    the password file yet: it is read on each new connection."""
+    env = os.environ if env is None else env
+    password = None
+    if env.get("SCHEDULER_CASSANDRA_PASSWORD_FILE"):
+        password = Secret(path=env["SCHEDULER_CASSANDRA_PASSWORD_FILE"])
+    elif env.get("SCHEDULER_CASSANDRA_PASSWORD"):
+        password = Secret(value=env["SCHEDULER_CASSANDRA_PASSWORD"])
+    return CassandraSecurity(user=env.get("SCHEDULER_CASSANDRA_USER") or None, password=password,
+                             tls=_tls(env, "SCHEDULER_CASSANDRA"))
+
+
+def zookeeper_security(env: Mapping[str, str] | None = None) -> ZkSecurity:
+    """TLS toward ZooKeeper from the environment (digest credentials: ``zookeeper_credentials``)."""
+    return ZkSecurity(tls=_tls(os.environ if env is None else env, "SCHEDULER_ZK"))
+
+
+def zookeeper_credentials(env: Mapping[str, str] | None = None) -> str | None:
+    """``user:password`` for ZooKeeper digest auth from ``SCHEDULER_ZK_AUTH`` or the file
+    named by ``SCHEDULER_ZK_AUTH_FILE``; never from the command line."""
+    env = os.environ if env is None else env
+    if env.get("SCHEDULER_ZK_AUTH"):
+        cred = env["SCHEDULER_ZK_AUTH"]
+    elif env.get("SCHEDULER_ZK_AUTH_FILE"):
+        try:
+            with open(env["SCHEDULER_ZK_AUTH_FILE"], encoding="utf-8") as fh:
+                cred = fh.read().strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read SCHEDULER_ZK_AUTH_FILE: {exc.strerror}") from None
+    else:
+        return None
+    if ":" not in cred or cred.startswith(":"):
+        raise ConfigError("ZooKeeper credentials must look like user:password")
+    return cred
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,8 @@ from ..model import Job, Status
 from ..progress import Checkpoint
 from ..recurring.writes import WRITE_TIME_SLACK_MS
 from ..retention import ttl_s
+from ..security import CassandraSecurity, explain_cassandra
+from ..settings import cassandra_security
 from .base import (
     SCHEMA_VERSION,
     PartRange,
@@ -30,7 +32,7 @@ from .base import (
     Store,
 )
 from .cbind import FastBinder, bucket_writes
-from .cconf import READ_GROUP, CassandraUrl, dt_ms, replication_map, translate
+from .cconf import READ_GROUP, CassandraUrl, dt_ms, prepare_failed, replication_map, translate
 from .cfire import BATCH_ROWS, CassandraFiring, host_ms
 from .cpolicy import IdempotentRetryPolicy, reconnection_policy
 from .cschedules import CassandraSchedules
@@ -53,7 +55,10 @@ BATCH_BYTES = 4096
 
 class CassandraStore(CassandraFiring, CassandraSchedules, Store):
     def __init__(self, url: str, *, concurrency: int = 128, request_timeout_s: float = 10.0,
-                 connect_timeout_s: float = 5.0) -> None:
+                 connect_timeout_s: float = 5.0, security: CassandraSecurity | None = None) -> None:
+        """Connect. ``security``: credentials and TLS (default: the settings'). Raises
+        ``StoreUnavailable`` when no host answers, ``AuthenticationError`` or ``TlsError``
+        (one line naming the setting to fix) when the login or the handshake fails."""
         from cassandra import ConsistencyLevel
         from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable
         from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
@@ -75,15 +80,21 @@ class CassandraStore(CassandraFiring, CassandraSchedules, Store):
             request_timeout=request_timeout_s,
             row_factory=tuple_factory,
         )
+        sec = security if security is not None else cassandra_security()
         self._cluster = Cluster(
             self.cfg.hosts, port=self.cfg.port, protocol_version=self.cfg.protocol_version,
             execution_profiles={EXEC_PROFILE_DEFAULT: profile}, connect_timeout=connect_timeout_s,
-            reconnection_policy=reconnection_policy(),
+            reconnection_policy=reconnection_policy(), auth_provider=sec.auth_provider(self.cfg.user),
+            ssl_context=sec.tls.context() if sec.tls is not None else None,
         )
         try:
             self.session = self._cluster.connect()
-        except NoHostAvailable:
+        except NoHostAvailable as exc:
             self._cluster.shutdown()
+            where = f"{','.join(self.cfg.hosts)}:{self.cfg.port}"
+            explained = explain_cassandra(exc, where, self.cfg.user or sec.user, sec.tls)
+            if explained is not None:
+                raise explained from None
             raise StoreUnavailable(
                 f"cannot reach Cassandra at {','.join(self.cfg.hosts)}:{self.cfg.port}; "
                 "start it (ops/cassandra start) or fix --store / SCHEDULER_STORE"
@@ -110,12 +121,9 @@ class CassandraStore(CassandraFiring, CassandraSchedules, Store):
                         f"run `scheduler schema apply --store {self.url}`"
                     ) from None
                 except Exception as exc:
-                    # Statements are prepared on first use, which can be in the middle of
-                    # an outage (or just after a frozen process resumes): the caller must
-                    # see the same typed error, and retry, as for a failed execute.
-                    raise StoreUnavailable(
-                        f"preparing {name} failed ({type(exc).__name__}); nothing was sent, "
-                        "retrying is safe once Cassandra answers") from exc
+                    # Prepared on first use, which can be in an outage (or just after a
+                    # frozen process resumes): a typed error the caller retries.
+                    raise prepare_failed(exc, name) from exc
                 # Everything but a lightweight transaction or a counter is an upsert or
                 # a delete of fixed values: safe to send twice (see cpolicy).
                 stmt.is_idempotent = " IF " not in text.upper() and name not in NOT_IDEMPOTENT

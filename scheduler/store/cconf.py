@@ -7,8 +7,9 @@ import re
 from datetime import UTC, datetime
 from urllib.parse import parse_qs, urlparse
 
-from ..errors import ConfigError, SchedulerError, StoreUnavailable, WriteTimeout
+from ..errors import ConfigError, PermissionDenied, SchedulerError, StoreUnavailable, WriteTimeout
 from ..keys import to_ms
+from ..security import explain_unauthorized
 
 # Multi-partition IN reads go out in groups of this many keys: one request per group
 # instead of one per key (the client's CPU per request, not the server, is the limit).
@@ -56,8 +57,13 @@ class CassandraUrl:
 
     def __init__(self, url: str) -> None:
         parsed = urlparse(url)
+        userinfo, _, netloc = parsed.netloc.rpartition("@")
+        if ":" in userinfo:
+            # Never echo the URL: it holds a secret.
+            raise ConfigError("the store URL holds a password: remove it (cassandra://USER@HOST/KEYSPACE) "
+                              "and put the password in the file named by SCHEDULER_CASSANDRA_PASSWORD_FILE")
         hosts, port = [], DEFAULT_PORT
-        for item in parsed.netloc.split(","):
+        for item in netloc.split(","):
             host, _, port_text = item.partition(":")
             if not host:
                 raise ConfigError(f"store URL {url!r} has an empty host; use cassandra://HOST/KEYSPACE")
@@ -77,6 +83,7 @@ class CassandraUrl:
         if unknown:
             raise ConfigError(f"store URL {url!r} has unknown option(s): {', '.join(sorted(unknown))}")
         self.url, self.hosts, self.port, self.keyspace = url, hosts, port, keyspace
+        self.user = userinfo or None
         self.local_dc = q.get("local_dc")
         self.consistency = q.get("consistency", "LOCAL_QUORUM").upper()
         self.protocol_version = int(q.get("protocol_version", "5"))
@@ -98,6 +105,21 @@ def translate(exc: BaseException, what: str) -> SchedulerError:
         return WriteTimeout(
             f"{what} was not applied: not enough replicas alive ({exc}); retry later",
             maybe_applied=False)
+    if type(exc).__name__ == "Unauthorized":
+        return explain_unauthorized(str(getattr(exc, "summary", "") or exc))
     if isinstance(exc, NoHostAvailable):
+        for cause in getattr(exc, "errors", {}).values():
+            if type(cause).__name__ == "Unauthorized":
+                return explain_unauthorized(str(cause))
         return StoreUnavailable(f"{what} failed: no Cassandra host answered; check the cluster")
     return StoreUnavailable(f"{what} failed: {type(exc).__name__}: {exc}")
+
+
+def prepare_failed(exc: BaseException, name: str) -> SchedulerError:
+    """The error for a statement that could not be prepared: a missing permission as
+    such, anything else as ``StoreUnavailable`` (nothing was sent; retrying is safe)."""
+    err = translate(exc, f"preparing {name}")
+    if isinstance(err, PermissionDenied):
+        return err
+    return StoreUnavailable(f"preparing {name} failed ({type(exc).__name__}); nothing was sent, "
+                            "retrying is safe once Cassandra answers")

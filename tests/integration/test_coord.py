@@ -9,8 +9,9 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
-from scheduler.coord import LocalCoordinator, ZooKeeperCoordinator, open_coordinator, read_credentials
+from scheduler.coord import LocalCoordinator, ZooKeeperCoordinator, open_coordinator
 from scheduler.errors import ConfigError
+from scheduler.settings import zookeeper_credentials as read_credentials
 from tests.conftest import ZOOKEEPER_HOSTS
 
 

@@ -1,0 +1,149 @@
+"""The Python half of ops/secure-stack: wait for the TLS ZooKeeper, create the roles on
+the secured Cassandra node, rotate a role's password. Secrets are read from and written
+to files under the stack's folder and never printed.
+
+    python ops/secure_setup.py --dir .data/secure --keyspace scheduler wait-zk|roles|rotate-password ROLE
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from scheduler import queries
+
+CQL_PORT = 9142
+ZK_PORT = 2281
+ROLES = ("admin", "app", "reader")
+GRANTS = {"app": ("SELECT", "MODIFY"), "reader": ("SELECT",)}
+
+
+def say(msg: str) -> None:
+    print(f"[secure-stack] {msg}", file=sys.stderr, flush=True)
+
+
+def session(folder: Path, user: str, password: str, deadline_s: float = 120.0):  # noqa: ANN201
+    """A driver session over TLS as ``user``; retried while the node finishes starting
+    (the default superuser appears a moment after the port opens)."""
+    import ssl
+
+    from cassandra.auth import PlainTextAuthProvider
+    from cassandra.cluster import Cluster, NoHostAvailable
+
+    ctx = ssl.create_default_context(cafile=str(folder / "tls" / "ca.pem"))
+    end = time.monotonic() + deadline_s
+    while True:
+        cluster = Cluster(["127.0.0.1"], port=CQL_PORT, ssl_context=ctx, protocol_version=5,
+                          auth_provider=PlainTextAuthProvider(user, password))
+        try:
+            return cluster, cluster.connect()
+        except NoHostAvailable as exc:
+            cluster.shutdown()
+            if time.monotonic() > end:
+                raise SystemExit(f"cannot log in to the secured Cassandra as {user}: "
+                                 f"{type(next(iter(exc.errors.values()), exc)).__name__}") from None
+            time.sleep(1)
+
+
+def cql(name: str, **fill: str) -> str:
+    text = queries.named("roles.cql")[name]
+    for key, value in fill.items():
+        if not value.replace("_", "").isalnum():  # identifiers and generated hex only
+            raise SystemExit(f"refusing to put {key}={value!r} into CQL")
+        text = text.replace("{" + key + "}", value)
+    return text
+
+
+def roles(folder: Path, keyspace: str) -> None:
+    secrets_dir = folder / "secrets"
+    marker = folder / "roles.done"
+    if marker.exists():
+        say("roles exist already")
+        return
+    pw = {r: (secrets_dir / f"{r}.pw").read_text().strip() for r in ROLES}
+    cluster, s = session(folder, "cassandra", "cassandra")
+    s.execute(cql("create_superuser", role="admin", password=pw["admin"]))
+    cluster.shutdown()
+    cluster, s = session(folder, "admin", pw["admin"])
+    s.execute(cql("drop_default_superuser"))
+    for role in ("app", "reader"):
+        s.execute(cql("create_login", role=role, password=pw[role]))
+    # The keyspace is created by the admin role through the scheduler itself.
+    env = {**os.environ, "SCHEDULER_STORE": f"cassandra://admin@localhost:{CQL_PORT}/{keyspace}",
+           "SCHEDULER_CASSANDRA_PASSWORD_FILE": str(secrets_dir / "admin.pw"),
+           "SCHEDULER_CASSANDRA_CA": str(folder / "tls" / "ca.pem")}
+    scheduler = Path(sys.executable).parent / "scheduler"
+    subprocess.run([str(scheduler), "schema", "apply", "--shards", "8"], env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+    for role, perms in GRANTS.items():
+        for perm in perms:
+            s.execute(cql("grant", permission=perm, keyspace=keyspace, role=role))
+    cluster.shutdown()
+    marker.write_text("admin app reader\n")
+    say(f"roles admin (superuser), app (SELECT, MODIFY on {keyspace}), reader (SELECT on {keyspace}); "
+        "default superuser dropped")
+
+
+def rotate(folder: Path, role: str) -> None:
+    """A new password: set on the server first, then written to the role's file (atomic
+    rename). Processes read the file on each new connection; open ones stay logged in."""
+    if role not in ROLES:
+        raise SystemExit(f"unknown role {role!r}: use one of {', '.join(ROLES)}")
+    secrets_dir = folder / "secrets"
+    admin_pw = (secrets_dir / "admin.pw").read_text().strip()
+    new = secrets.token_hex(16)
+    cluster, s = session(folder, "admin", admin_pw)
+    s.execute(cql("set_password", role=role, password=new))
+    cluster.shutdown()
+    tmp = secrets_dir / f".{role}.pw.new"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(new + "\n")
+    os.replace(tmp, secrets_dir / f"{role}.pw")
+    say(f"password of {role} rotated; new connections use it")
+
+
+def wait_zk(folder: Path, deadline_s: float = 60.0) -> None:
+    from kazoo.client import KazooClient
+
+    tls = folder / "tls"
+    end = time.monotonic() + deadline_s
+    while True:
+        zk = KazooClient(hosts=f"localhost:{ZK_PORT}", use_ssl=True, ca=str(tls / "ca.pem"),
+                         certfile=str(tls / "client.crt"), keyfile=str(tls / "client.key"), verify_certs=True)
+        try:
+            zk.start(timeout=5)
+            zk.stop()
+            zk.close()
+            say("zookeeper answers over TLS")
+            return
+        except Exception:
+            zk.close()
+            if time.monotonic() > end:
+                raise SystemExit("the TLS ZooKeeper did not answer in 60 s; see .data/secure/zookeeper/server.log")
+            time.sleep(0.5)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dir", required=True)
+    ap.add_argument("--keyspace", default="scheduler")
+    ap.add_argument("command", choices=["wait-zk", "roles", "rotate-password"])
+    ap.add_argument("role", nargs="?")
+    args = ap.parse_args()
+    folder = Path(args.dir)
+    if args.command == "wait-zk":
+        wait_zk(folder)
+    elif args.command == "roles":
+        roles(folder, args.keyspace)
+    else:
+        rotate(folder, args.role or "")
+
+
+if __name__ == "__main__":
+    main()
