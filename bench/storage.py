@@ -54,8 +54,15 @@ def live_rows(store: CassandraStore) -> dict[str, int]:
     out = {}
     for table in TABLES:
         # A full scan, fine for a benchmark's ~100,000s of rows; never done by the scheduler.
-        rows = store.session.execute(f"SELECT COUNT(*) FROM {store.keyspace}.{table}", timeout=300)
-        out[table] = int(rows.one()[0])
+        for attempt in range(4):
+            try:
+                rows = store.session.execute(f"SELECT COUNT(*) FROM {store.keyspace}.{table}", timeout=300)
+                out[table] = int(rows.one()[0])
+                break
+            except Exception:  # a page timed out on a busy 2-core machine: count again
+                if attempt == 3:
+                    raise
+                time.sleep(5)
     return out
 
 

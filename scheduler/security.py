@@ -229,8 +229,10 @@ def probe_tls(hosts: str, tls: TlsConfig, timeout_s: float = 3.0) -> BaseExcepti
     host, _, port = hosts.split(",")[0].rpartition(":")
     try:
         ctx = tls.context()
+        # The handshake inside the with: a failed one still closes the socket.
         with socket.create_connection((host, int(port)), timeout=timeout_s) as raw, \
-                ctx.wrap_socket(raw, server_hostname=host) as conn:
+                ctx.wrap_socket(raw, server_hostname=host, do_handshake_on_connect=False) as conn:
+            conn.do_handshake()
             conn.settimeout(0.5)
             with contextlib.suppress(TimeoutError):  # a server waiting for our first request
                 conn.recv(1)
@@ -278,7 +280,8 @@ def probe_plain_is_tls(hosts: str, timeout_s: float = 3.0) -> bool:
     ctx.verify_mode = ssl.CERT_NONE
     try:
         with socket.create_connection((host, int(port)), timeout=timeout_s) as raw, \
-                ctx.wrap_socket(raw, server_hostname=host):
+                ctx.wrap_socket(raw, server_hostname=host, do_handshake_on_connect=False) as conn:
+            conn.do_handshake()
             return True
     except ssl.SSLError as exc:
         return any(k in str(exc).upper() for k in ("CERTIFICATE_REQUIRED", "BAD_CERTIFICATE"))

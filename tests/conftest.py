@@ -91,6 +91,14 @@ def make_store(kind: str, request: Any, tmp_path: Any, options: SchemaOptions | 
     """A store of ``kind`` with a fresh schema."""
     if kind == "sqlite":
         store = open_store(f"sqlite:///{tmp_path}/store.db")
+    elif kind == "secure":
+        # Created (and its schema applied) by admin; the test runs as the app role.
+        from tests.secure import create_keyspace, open_as
+
+        name = request.getfixturevalue("secure_keyspace")
+        create_keyspace(name, options or SchemaOptions(),
+                        SystemClock().now_ms() if now_ms is None else now_ms)
+        return open_as("app", name)
     else:
         keyspace = request.getfixturevalue("cassandra_keyspace")
         store = open_store(cassandra_url(keyspace))
@@ -110,6 +118,21 @@ def store(store_kind: str, request: Any, tmp_path: Any) -> Iterator[Store]:
     st = make_store(store_kind, request, tmp_path)
     yield st
     st.close()
+
+
+@pytest.fixture(scope="session")
+def secure_stack() -> None:
+    """The secured stack of ops/secure-stack (ops/test starts it)."""
+    require_server("The secured Cassandra", "127.0.0.1", 9142, "ops/secure-stack start")
+    require_server("The TLS ZooKeeper", "127.0.0.1", 2281, "ops/secure-stack start")
+
+
+@pytest.fixture
+def secure_keyspace(secure_stack: None) -> Iterator[str]:
+    """A fresh keyspace name on the secured stack, dropped afterwards."""
+    from tests.secure import secure_keyspace as make
+
+    yield from make()
 
 
 @pytest.fixture

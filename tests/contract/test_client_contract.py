@@ -20,6 +20,13 @@ T0_MS = 1_800_000_000_000  # 2027-01-15T08:00:00Z, a bucket boundary
 T0 = from_ms(T0_MS)
 
 
+@pytest.fixture(params=["sqlite", "cassandra", "secure"])
+def store_kind(request) -> str:
+    """The producer contract also runs on the secured stack (passwords, TLS), as the
+    least-privileged app role."""
+    return str(request.param)
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock(T0_MS)

@@ -1,0 +1,235 @@
+"""The secured stack (ops/secure-stack): each error a user meets is one line naming the
+cause and the setting, a fleet fires over ZooKeeper TLS as the app role while its
+password is rotated and the servers' certificate renewed, the exporter runs as reader,
+and no secret the stack generated appears in any output of these runs."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scheduler import Client
+from scheduler.clock import SystemClock
+from scheduler.coord import read_fleet
+from scheduler.errors import SchedulerError, TlsError
+from scheduler.observe import lag_report
+from scheduler.security import Secret
+from scheduler.settings import zookeeper_credentials, zookeeper_security
+from scheduler.store import SchemaOptions
+from tests.handlers import read_records
+from tests.procs import ROOT, schedule, start_poller, wait_until
+from tests.secure import CQL_PORT, ZK_PORT, create_keyspace, open_as, role_env, secrets, url_for
+
+OPS = ROOT / "ops" / "secure-stack"
+OUTPUTS: list[str] = []  # every output of this module's runs, for the secret grep
+
+
+def cli(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SCHEDULER_")}
+    res = subprocess.run([sys.executable, "-m", "scheduler", *args], env={**base, **env}, cwd=ROOT,
+                         capture_output=True, text=True, timeout=timeout)
+    OUTPUTS.extend([res.stdout, res.stderr])
+    return res
+
+
+@pytest.fixture
+def ks(secure_keyspace: str) -> str:
+    create_keyspace(secure_keyspace, SchemaOptions(shard_count=8, bucket_width_s=10), SystemClock().now_ms())
+    return secure_keyspace
+
+
+def one_line_error(res: subprocess.CompletedProcess[str], *phrases: str) -> str:
+    assert res.returncode == 1, (res.returncode, res.stdout, res.stderr)
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in res.stderr, res.stderr
+    for phrase in phrases:
+        assert phrase in errors[0], (phrase, errors[0])
+    return errors[0]
+
+
+def test_each_error_a_user_meets_is_one_line_with_the_cause_and_the_setting(ks, tmp_path):
+    app, reader = role_env("app"), role_env("reader")
+    app["SCHEDULER_STORE"] = url_for("app", ks)
+    reader["SCHEDULER_STORE"] = url_for("reader", ks)
+    wrong = tmp_path / "wrong.pw"
+    wrong.write_text("not-the-password\n")
+    cases: list[tuple[str, dict[str, str], tuple[str, ...], tuple[str, ...]]] = [
+        ("wrong password", {**app, "SCHEDULER_CASSANDRA_PASSWORD_FILE": str(wrong)}, ("get", "x"),
+         ("refused the login of user 'app'", "SCHEDULER_CASSANDRA_PASSWORD_FILE")),
+        ("unknown user", {**app, "SCHEDULER_STORE": url_for("mallory", ks)}, ("get", "x"),
+         ("refused the login of user 'mallory'",)),
+        ("no login", {**app, "SCHEDULER_STORE": f"cassandra://localhost:{CQL_PORT}/{ks}",
+                      "SCHEDULER_CASSANDRA_PASSWORD_FILE": ""}, ("get", "x"), ("requires a login",)),
+        ("plaintext to the TLS port", {**app, "SCHEDULER_CASSANDRA_CA": ""}, ("get", "x"),
+         ("requires TLS", "SCHEDULER_CASSANDRA_CA")),
+        ("TLS to the plaintext port", {**app, "SCHEDULER_STORE": f"cassandra://app@127.0.0.1:9042/{ks}"},
+         ("get", "x"), ("does not speak TLS on that port",)),
+        ("untrusted certificate", {**app, "SCHEDULER_CASSANDRA_CA": "/etc/ssl/certs/ca-certificates.crt"},
+         ("get", "x"), ("is not trusted", "SCHEDULER_CASSANDRA_CA")),
+        ("hostname mismatch", {**app, "SCHEDULER_STORE": f"cassandra://app@127.0.0.5:{CQL_PORT}/{ks}"},
+         ("get", "x"), ("not valid for that address", "SCHEDULER_CASSANDRA_VERIFY_HOSTNAME")),
+        ("missing permission", reader, ("cancel", "x"),
+         ("lacks the MODIFY permission", "as the app role")),
+        ("password in the URL", {**app, "SCHEDULER_STORE": f"cassandra://app:hunter2hunter2@localhost/{ks}"},
+         ("get", "x"), ("holds a password", "SCHEDULER_CASSANDRA_PASSWORD_FILE")),
+    ]
+    assert cli(app, "schedule", "--id", "x", "--at", "2030-01-01T00:00:00Z", "--kind", "k").returncode == 0
+    seen = {}
+    for name, env, args, phrases in cases:
+        seen[name] = one_line_error(cli(env, *args), *phrases)
+    assert "hunter2" not in seen["password in the URL"]
+    # The ZooKeeper side: a missing client certificate (kazoo says only "time-out").
+    zk = {**app, "SCHEDULER_ZK_CERT": "", "SCHEDULER_ZK_KEY": ""}
+    seen["ZooKeeper without a client certificate"] = one_line_error(
+        cli(zk, "status"), "requires a client certificate", "SCHEDULER_ZK_CERT")
+    # Turning hostname verification off works, and says so.
+    res = cli({**app, "SCHEDULER_STORE": f"cassandra://app@127.0.0.5:{CQL_PORT}/{ks}",
+               "SCHEDULER_CASSANDRA_VERIFY_HOSTNAME": "false"}, "lag", "--json")
+    assert res.returncode == 0 and "hostname verification is off" in res.stderr, res.stderr
+    print("\n".join(f"{k}: {v}" for k, v in seen.items()))
+
+
+def test_zookeeper_tls_errors_from_the_library(secure_stack):
+    env = role_env("app")
+    sec = zookeeper_security(env)
+    creds = zookeeper_credentials(env)
+    plain = zookeeper_security({})
+    with pytest.raises(TlsError, match="speaks only TLS"):
+        read_fleet(f"zookeeper://localhost:{ZK_PORT}/x", timeout_s=3, security=lambda: plain,
+                   credentials=lambda: None)
+    with pytest.raises(TlsError, match="does not speak TLS"):
+        read_fleet("zookeeper://127.0.0.1:2181/x", timeout_s=3, security=lambda: sec,
+                   credentials=lambda: None)
+    untrusted = zookeeper_security({**env, "SCHEDULER_ZK_CA": "/etc/ssl/certs/ca-certificates.crt"})
+    with pytest.raises(TlsError, match="not trusted"):
+        read_fleet(f"zookeeper://localhost:{ZK_PORT}/x", timeout_s=3, security=lambda: untrusted,
+                   credentials=lambda: creds)
+    assert read_fleet(f"zookeeper://localhost:{ZK_PORT}/x", timeout_s=5, security=lambda: sec,
+                      credentials=lambda: creds) is not None
+
+
+def test_an_expired_certificate_is_named_and_a_renewed_one_is_taken_without_a_restart(ks):
+    app = {**role_env("app"), "SCHEDULER_STORE": url_for("app", ks)}
+    store = open_as("app", ks)  # a connection made before: it keeps working throughout
+    try:
+        subprocess.run([str(OPS), "expire-cert"], check=True, capture_output=True, timeout=120)
+        one_line_error(cli(app, "get", "x"), "has expired", "renew")
+    finally:
+        subprocess.run([str(OPS), "renew-cert"], check=True, capture_output=True, timeout=120)
+    assert cli(app, "lag", "--json").returncode == 0
+    assert store.meta().bucket_width_s == 10
+    store.close()
+
+
+def scrape(url: str) -> dict[str, float]:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        text = resp.read().decode()
+    OUTPUTS.append(text)
+    return {name: float(value) for name, value in
+            (line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))}
+
+
+def test_a_fleet_over_tls_fires_through_a_password_rotation_and_the_reader_exports_lag(ks, tmp_path):
+    app = {**role_env("app"), "SCHEDULER_STORE": url_for("app", ks)}
+    app["SCHEDULER_COORDINATOR"] = f"zookeeper://localhost:{ZK_PORT}/{ks}"
+    reader = {**role_env("reader"), "SCHEDULER_STORE": url_for("reader", ks)}
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SCHEDULER_")}
+    out = tmp_path / "fired.log"
+    procs: list[subprocess.Popen[Any]] = []
+    store = open_as("app", ks)
+    client = Client(store)
+    try:
+        due = schedule(client, 150, 8, lead_s=5, prefix="a")
+        procs += [start_poller(url_for("app", ks), out, "--session-timeout", "6", env={**base, **app})
+                  for _ in range(2)]
+        old_pw = Path(app["SCHEDULER_CASSANDRA_PASSWORD_FILE"]).read_text().strip()
+        subprocess.run([str(OPS), "rotate-password", "app"], check=True, capture_output=True, timeout=120)
+        # A process started now reads the new password, and so does a new connection of
+        # this one; the old password is refused.
+        due |= schedule_cli(app, 3, "b")
+        fresh = open_as("app", ks)
+        try:
+            due |= schedule(Client(fresh), 50, 3, lead_s=4, prefix="c")
+        finally:
+            fresh.close()
+        stale = tmp_path / "old.pw"
+        stale.write_text(old_pw)
+        one_line_error(cli({**app, "SCHEDULER_CASSANDRA_PASSWORD_FILE": str(stale)}, "get", "x"),
+                       "refused the login")
+        with open(tmp_path / "exporter.log", "wb") as fh:
+            args = ["exporter", "--address", "127.0.0.1:0", "--interval", "1"]
+            exporter = subprocess.Popen([sys.executable, "-m", "scheduler", *args], cwd=ROOT,
+                                        env={**base, **reader}, stdout=subprocess.DEVNULL, stderr=fh)
+        procs.append(exporter)
+        wait_until(lambda: set(due) <= {r.job_id for r in read_records(str(out))}, 90, "every job fired")
+        records = read_records(str(out))
+        assert not [r for r in records if r.fired_ms < r.due_ms], "fired early"
+        assert len({r.pid for r in records}) == 2, "both members fired"
+        log = (tmp_path / "exporter.log")
+        wait_until(lambda: re.search(r"on (http://\S+/metrics)", log.read_text()) is not None, 60, "exporter")
+        url = re.search(r"on (http://\S+/metrics)", log.read_text()).group(1)  # type: ignore[union-attr]
+        time.sleep(2)
+        exported = scrape(url)
+        admin = open_as("admin", ks)
+        try:
+                truth = {row.shard: row for row in lag_report(admin, SystemClock().now_ms())}
+        finally:
+            admin.close()
+        for shard, row in truth.items():
+            lag = exported[f'scheduler_shard_lag_seconds{{shard="{shard}"}}']
+            assert abs(lag - row.lag_s) < 5, (shard, lag, row.lag_s)
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        client.close()
+        store.close()
+    for p in tmp_path.glob("*.log"):
+        OUTPUTS.append(p.read_text())
+
+
+def schedule_cli(env: dict[str, str], n: int, prefix: str) -> dict[str, int]:
+    """``n`` jobs through the CLI (a new process: it reads the password file now)."""
+    from datetime import UTC, datetime, timedelta
+
+    due: dict[str, int] = {}
+    for i in range(n):
+        at = datetime.now(UTC) + timedelta(seconds=4 + i * 0.05)
+        res = cli(env, "schedule", "--id", f"{prefix}{i}", "--at", at.isoformat(), "--kind", "record",
+                  "--json")
+        assert res.returncode == 0, res.stderr
+        due[f"{prefix}{i}"] = int(at.timestamp() * 1000)
+    return due
+
+
+def test_no_secret_appears_in_any_output(secure_stack):
+    """Last in this module: every CLI output, poller and exporter log and metrics page of
+    the runs above, the processes' command lines, and the reprs of the settings."""
+    from scheduler.settings import cassandra_security
+
+    env = role_env("app")
+    sec = cassandra_security(env)
+    OUTPUTS.extend([repr(sec), str(sec), repr(Secret(value="x" * 20)), repr(zookeeper_security(env))])
+    try:
+        sec.auth_provider("app").new_authenticator("127.0.0.1")
+        OUTPUTS.append(repr(sec.auth_provider("app")))
+    except SchedulerError as exc:  # pragma: no cover - the stack is up in this module
+        OUTPUTS.append(str(exc))
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    OUTPUTS.append(ps)
+    text = "\n".join(OUTPUTS)
+    leaked = [s[:4] + "..." for s in secrets() if s in text]
+    assert not leaked, f"secrets printed: {leaked}"
