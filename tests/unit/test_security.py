@@ -1,0 +1,69 @@
+"""Security settings and error wording, without servers."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler.coord import kazoo_client
+from scheduler.errors import ConfigError, PermissionDenied
+from scheduler.security import Secret, ZkSecurity, explain_unauthorized, is_loopback
+from scheduler.settings import cassandra_security, zookeeper_security
+from scheduler.store.cconf import CassandraUrl
+
+
+def test_a_password_never_shows_in_a_repr_and_its_file_is_read_on_each_use(tmp_path):
+    f = tmp_path / "pw"
+    f.write_text("first-secret-value\n")
+    sec = cassandra_security({"SCHEDULER_CASSANDRA_USER": "app", "SCHEDULER_CASSANDRA_PASSWORD_FILE": str(f)})
+    assert "first-secret" not in repr(sec) and "first-secret" not in str(sec)
+    assert sec.password is not None and sec.password.reveal("X") == "first-secret-value"
+    f.write_text("rotated-secret-value\n")
+    assert sec.password.reveal("X") == "rotated-secret-value"
+    assert "inline-secret" not in repr(Secret(value="inline-secret"))
+
+
+def test_settings_errors_name_the_setting(tmp_path):
+    with pytest.raises(ConfigError, match="SCHEDULER_CASSANDRA_PASSWORD_FILE"):
+        Secret(path=str(tmp_path / "missing")).reveal("SCHEDULER_CASSANDRA_PASSWORD_FILE")
+    with pytest.raises(ConfigError, match="SCHEDULER_CASSANDRA_VERIFY_HOSTNAME"):
+        cassandra_security({"SCHEDULER_CASSANDRA_CA": "/x", "SCHEDULER_CASSANDRA_VERIFY_HOSTNAME": "maybe"})
+    with pytest.raises(ConfigError, match="TLS is off"):
+        zookeeper_security({"SCHEDULER_ZK_CERT": "/c", "SCHEDULER_ZK_KEY": "/k"})
+    with pytest.raises(ConfigError, match="no password"):
+        cassandra_security({"SCHEDULER_CASSANDRA_USER": "app"}).auth_provider(None)
+    with pytest.raises(ConfigError, match="SCHEDULER_CASSANDRA_CA"):
+        cassandra_security({"SCHEDULER_CASSANDRA_CA": str(tmp_path / "none.pem")}).tls.context()  # type: ignore[union-attr]
+
+
+def test_tls_is_on_with_a_ca_and_verifies_hostnames_by_default():
+    assert cassandra_security({}).tls is None
+    tls = cassandra_security({"SCHEDULER_CASSANDRA_TLS": "true"}).tls
+    assert tls is not None and tls.verify_hostname and tls.ca is None
+    ctx = tls.context()
+    assert ctx.check_hostname
+    off = zookeeper_security({"SCHEDULER_ZK_TLS": "1", "SCHEDULER_ZK_VERIFY_HOSTNAME": "false"})
+    assert off.kazoo_args()["check_hostname"] is False
+
+
+def test_a_password_in_the_store_url_is_refused_without_echoing_it():
+    with pytest.raises(ConfigError) as err:
+        CassandraUrl("cassandra://app:s3cret-in-url@localhost/ks")
+    assert "s3cret" not in str(err.value)
+    assert CassandraUrl("cassandra://app@localhost:9142/ks").user == "app"
+    assert CassandraUrl("cassandra://localhost/ks").user is None
+
+
+def test_digest_credentials_travel_in_clear_only_to_loopback():
+    assert is_loopback("127.0.0.1:2181,localhost:2182") and not is_loopback("10.0.0.5:2181")
+    with pytest.raises(ConfigError, match="clear text"):
+        kazoo_client("10.0.0.5:2181", 5, "u:p", ZkSecurity())
+    kazoo_client("127.0.0.1:2181", 5, "u:p", ZkSecurity()).close()
+
+
+def test_a_missing_permission_names_it_and_the_role_to_use():
+    err = explain_unauthorized("User reader has no MODIFY permission on <table ks.jobs> or any of its "
+                               "parents")
+    assert isinstance(err, PermissionDenied)
+    assert "MODIFY" in str(err) and "app role" in str(err)
+    err = explain_unauthorized("User app has no CREATE permission on <all keyspaces> or any of its parents")
+    assert "admin role" in str(err)
