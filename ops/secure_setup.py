@@ -27,7 +27,7 @@ def say(msg: str) -> None:
     print(f"[secure-stack] {msg}", file=sys.stderr, flush=True)
 
 
-def session(folder: Path, user: str, password: str, deadline_s: float = 120.0):  # noqa: ANN201
+def session(folder: Path, user: str, password: str, deadline_s: float = 120.0):
     """A driver session over TLS as ``user``; retried while the node finishes starting
     (the default superuser appears a moment after the port opens)."""
     import ssl
@@ -97,14 +97,19 @@ def rotate(folder: Path, role: str) -> None:
     secrets_dir = folder / "secrets"
     admin_pw = (secrets_dir / "admin.pw").read_text().strip()
     new = secrets.token_hex(16)
-    cluster, s = session(folder, "admin", admin_pw)
-    s.execute(cql("set_password", role=role, password=new))
-    cluster.shutdown()
     tmp = secrets_dir / f".{role}.pw.new"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write(new + "\n")
-    os.replace(tmp, secrets_dir / f"{role}.pw")
+    cluster, s = session(folder, "admin", admin_pw)
+    try:
+        s.execute(cql("set_password", role=role, password=new))
+        # Right after the server has it: a client logging in between the two sees the
+        # old file and a refusal, and waits for the file to change (ROTATION_GAP_S).
+        os.replace(tmp, secrets_dir / f"{role}.pw")
+    finally:
+        cluster.shutdown()
+        tmp.unlink(missing_ok=True)
     say(f"password of {role} rotated; new connections use it")
 
 
@@ -125,7 +130,8 @@ def wait_zk(folder: Path, deadline_s: float = 60.0) -> None:
         except Exception:
             zk.close()
             if time.monotonic() > end:
-                raise SystemExit("the TLS ZooKeeper did not answer in 60 s; see .data/secure/zookeeper/server.log")
+                raise SystemExit("the TLS ZooKeeper did not answer in 60 s; "
+                                 "see .data/secure/zookeeper/server.log") from None
             time.sleep(0.5)
 
 

@@ -15,6 +15,8 @@ import logging
 import os
 import re
 import ssl
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +26,15 @@ log = logging.getLogger("scheduler.security")
 
 # Which role the README gives each kind of permission (ops/secure-stack creates them).
 ROLE_FOR_PERMISSION = {"SELECT": "reader", "MODIFY": "app"}
+
+# A password rotation (ops/secure-stack rotate-password) sets the server's password,
+# then replaces the file within milliseconds; and each Cassandra node may accept only
+# the old password for as long as its credentials cache lives (credentials_validity,
+# 2 s by default). A login refused around a rotation is tried again for that long:
+# ROTATION_GAP_S waiting for the file to change (what a wrong password costs a CLI
+# before its error), ROTATION_SETTLE_S after the file's change.
+ROTATION_GAP_S = 1.0
+ROTATION_SETTLE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -50,6 +61,39 @@ class Secret:
         if not text:
             raise ConfigError(f"{setting} ({self.path}) is empty; write the password in it")
         return text
+
+    def fingerprint(self) -> str | None:
+        """What the file holds now (None when unreadable or not a file): compared after a
+        refused login to tell a rotation in progress from a wrong password."""
+        if self.path is None:
+            return None
+        try:
+            with open(self.path, encoding="utf-8") as fh:
+                return fh.read().strip()
+        except OSError:
+            return None
+
+    def rotating(self, before: str | None, *, gap_s: float = ROTATION_GAP_S,
+                 settle_s: float = ROTATION_SETTLE_S, sleep: Callable[[float], None] = time.sleep) -> bool:
+        """Whether a login refused with the password read as ``before`` may be a rotation
+        in progress, so worth another try: the file was replaced less than ``settle_s``
+        ago (the server may still accept only the old password while its credentials
+        cache lives), or it changes within ``gap_s`` (a rotation sets the server first
+        and the file just after). False at once for a password from the environment."""
+        if self.path is None:
+            return False
+        waited = 0.0
+        while True:
+            try:
+                age = time.time() - os.stat(self.path).st_mtime
+            except OSError:
+                return False
+            if age < settle_s or self.fingerprint() not in (before, None):
+                return True
+            if waited >= gap_s:
+                return False
+            sleep(0.1)
+            waited += 0.1
 
 
 @dataclass(frozen=True)
@@ -184,6 +228,14 @@ def _walk(exc: BaseException | None) -> list[BaseException]:
         if isinstance(errors, dict):
             todo += [v for v in errors.values() if isinstance(v, BaseException)]
     return out
+
+
+def first_cause(exc: BaseException, limit: int = 160) -> str:
+    """The innermost per-host error of a failed connection, on one short line (for an
+    outage's message: "timed out", "connection refused")."""
+    causes = [e for e in _walk(exc) if e is not exc] or [exc]
+    text = " ".join(f"{type(causes[-1]).__name__}: {causes[-1]}".split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def explain_cassandra(exc: BaseException, where: str, user: str | None,

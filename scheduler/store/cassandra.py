@@ -13,14 +13,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import queries
-from ..errors import ConfigError, OwnershipLost, SchedulerError, SchemaError, StoreUnavailable
+from ..errors import ConfigError, OwnershipLost, SchedulerError, SchemaError
 from ..keys import bucket_of_ms
 from ..layout import Layout
 from ..model import Job, Status
 from ..progress import Checkpoint
 from ..recurring.writes import WRITE_TIME_SLACK_MS
 from ..retention import ttl_s
-from ..security import CassandraSecurity, explain_cassandra
+from ..security import CassandraSecurity
 from ..settings import cassandra_security
 from .base import (
     SCHEMA_VERSION,
@@ -33,8 +33,8 @@ from .base import (
 )
 from .cbind import FastBinder, bucket_writes
 from .cconf import READ_GROUP, CassandraUrl, dt_ms, prepare_failed, replication_map, translate
+from .cconnect import connect
 from .cfire import BATCH_ROWS, CassandraFiring, host_ms
-from .cpolicy import IdempotentRetryPolicy, reconnection_policy
 from .cschedules import CassandraSchedules
 from .rows import (
     bucket_key,
@@ -59,46 +59,13 @@ class CassandraStore(CassandraFiring, CassandraSchedules, Store):
         """Connect. ``security``: credentials and TLS (default: the settings'). Raises
         ``StoreUnavailable`` when no host answers, ``AuthenticationError`` or ``TlsError``
         (one line naming the setting to fix) when the login or the handshake fails."""
-        from cassandra import ConsistencyLevel
-        from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable
-        from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
-        from cassandra.query import tuple_factory
-
         self.cfg = CassandraUrl(url)
         self.url = url
         self.keyspace = self.cfg.keyspace
         self.concurrency = concurrency
-        try:
-            cl = ConsistencyLevel.name_to_value[self.cfg.consistency]
-        except KeyError:
-            raise ConfigError(f"unknown consistency {self.cfg.consistency!r} in store URL") from None
-        profile = ExecutionProfile(
-            load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=self.cfg.local_dc)),
-            retry_policy=IdempotentRetryPolicy(),
-            consistency_level=cl,
-            serial_consistency_level=ConsistencyLevel.LOCAL_SERIAL,
-            request_timeout=request_timeout_s,
-            row_factory=tuple_factory,
-        )
-        sec = security if security is not None else cassandra_security()
-        self._cluster = Cluster(
-            self.cfg.hosts, port=self.cfg.port, protocol_version=self.cfg.protocol_version,
-            execution_profiles={EXEC_PROFILE_DEFAULT: profile}, connect_timeout=connect_timeout_s,
-            reconnection_policy=reconnection_policy(), auth_provider=sec.auth_provider(self.cfg.user),
-            ssl_context=sec.tls.context() if sec.tls is not None else None,
-        )
-        try:
-            self.session = self._cluster.connect()
-        except NoHostAvailable as exc:
-            self._cluster.shutdown()
-            where = f"{','.join(self.cfg.hosts)}:{self.cfg.port}"
-            explained = explain_cassandra(exc, where, self.cfg.user or sec.user, sec.tls)
-            if explained is not None:
-                raise explained from None
-            raise StoreUnavailable(
-                f"cannot reach Cassandra at {','.join(self.cfg.hosts)}:{self.cfg.port}; "
-                "start it (ops/cassandra start) or fix --store / SCHEDULER_STORE"
-            ) from None
+        self._cluster, self.session = connect(
+            self.cfg, security if security is not None else cassandra_security(),
+            request_timeout_s=request_timeout_s, connect_timeout_s=connect_timeout_s)
         self._prepared: dict[str, Any] = {}
         self._binders: dict[str, FastBinder] = {}
         self._lock = threading.Lock()

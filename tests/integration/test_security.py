@@ -170,7 +170,13 @@ def test_a_fleet_over_tls_fires_through_a_password_rotation_and_the_reader_expor
             exporter = subprocess.Popen([sys.executable, "-m", "scheduler", *args], cwd=ROOT,
                                         env={**base, **reader}, stdout=subprocess.DEVNULL, stderr=fh)
         procs.append(exporter)
-        wait_until(lambda: set(due) <= {r.job_id for r in read_records(str(out))}, 90, "every job fired")
+        try:
+            wait_until(lambda: set(due) <= {r.job_id for r in read_records(str(out))}, 90, "every job fired")
+        except AssertionError:
+            missing = sorted(set(due) - {r.job_id for r in read_records(str(out))})
+            log_tail = Path(f"{out}.log").read_text()[-6000:]
+            raise AssertionError(f"{len(missing)} not fired: {missing[:20]}; exits "
+                                 f"{[p.poll() for p in procs]}\n{log_tail}") from None
         records = read_records(str(out))
         assert not [r for r in records if r.fired_ms < r.due_ms], "fired early"
         assert len({r.pid for r in records}) == 2, "both members fired"

@@ -67,3 +67,21 @@ def test_a_missing_permission_names_it_and_the_role_to_use():
     assert "MODIFY" in str(err) and "app role" in str(err)
     err = explain_unauthorized("User app has no CREATE permission on <all keyspaces> or any of its parents")
     assert "admin role" in str(err)
+
+
+def test_a_refused_login_is_retried_only_around_a_password_rotation(tmp_path):
+    import os
+
+    pw = tmp_path / "app.pw"
+    pw.write_text("old\n")
+    secret, naps = Secret(path=str(pw)), []
+    assert secret.rotating("old")  # replaced just now: the server's cache may lag
+    os.utime(pw, (1, 1))  # a file unchanged for ages: a wrong password, no wait past the gap
+    assert not secret.rotating("old", gap_s=0.3, sleep=naps.append) and len(naps) == 3
+
+    def rotate(_s: float) -> None:  # the file changes during the wait
+        pw.write_text("new\n")
+        os.utime(pw, (1, 1))
+
+    assert secret.rotating("old", gap_s=1.0, sleep=rotate)
+    assert not Secret(value="env").rotating("env")
