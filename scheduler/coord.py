@@ -156,19 +156,14 @@ def zk_unreachable(hosts: str, exc: BaseException, security: ZkSecurity, hint: s
 class ZooKeeperCoordinator:
     def __init__(self, hosts: str, root: str, *, session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S,
                  credentials: str | None = None, security: ZkSecurity | None = None) -> None:
-        from kazoo.security import make_digest_acl
-
         self.hosts, self.root = hosts, root.rstrip("/") or "/scheduler"
         self.session_timeout_s = session_timeout_s
-        acl = None
-        if credentials:
-            user, _, password = credentials.partition(":")
-            acl = [make_digest_acl(user, password, all=True)]
         # kazoo's default reconnection delay doubles up to an hour: after a 30 s outage of
         # every server it waited up to ~50 s more once they were back. Our servers are
         # few and a connection attempt is cheap: retry at least every second.
         self.security = security or ZkSecurity()
-        self.zk = kazoo_client(hosts, session_timeout_s, credentials, self.security, default_acl=acl,
+        self.zk = kazoo_client(hosts, session_timeout_s, credentials, self.security,
+                               default_acl=self.security.acl(credentials),
                                connection_retry=RECONNECT)
         self.member_id = ""
         self._locks: dict[int, Any] = {}

@@ -155,6 +155,20 @@ class CassandraSecurity:
 @dataclass(frozen=True)
 class ZkSecurity:
     tls: TlsConfig | None = None
+    # Digest ids (user:base64 sha1) given READ on the znodes this process creates: the
+    # reader role's views see the fleet without the rights to change it.
+    readers: tuple[str, ...] = ()
+
+    def acl(self, credentials: str | None) -> list[Any] | None:
+        """The ACL of the znodes a fleet member creates: everything for its own digest
+        user, read for the readers. None (open) without credentials."""
+        from kazoo.security import make_acl, make_digest_acl
+
+        if not credentials:
+            return None
+        user, _, password = credentials.partition(":")
+        return [make_digest_acl(user, password, all=True),
+                *(make_acl("digest", reader, read=True) for reader in self.readers)]
 
     def kazoo_args(self) -> dict[str, Any]:
         """Keyword arguments for ``KazooClient`` (none without TLS)."""

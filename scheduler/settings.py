@@ -17,6 +17,8 @@
 | SCHEDULER_CASSANDRA_VERIFY_HOSTNAME | true | ``false`` accepts any name (logged as a warning) |
 | SCHEDULER_ZK_CA, _TLS, _CERT, _KEY, _VERIFY_HOSTNAME | | the same for ZooKeeper |
 | SCHEDULER_ZK_AUTH_FILE / SCHEDULER_ZK_AUTH | (none) | ``user:password`` digest credentials |
+| SCHEDULER_ZK_READERS | (none) | digest ids ``user:base64(sha1(user:password))``, comma- |
+| | | separated, given read-only access to the znodes a poller creates |
 """
 
 from __future__ import annotations
@@ -82,7 +84,15 @@ def cassandra_security(env: Mapping[str, str] | None = None) -> CassandraSecurit
 
 def zookeeper_security(env: Mapping[str, str] | None = None) -> ZkSecurity:
     """TLS toward ZooKeeper from the environment (digest credentials: ``zookeeper_credentials``)."""
-    return ZkSecurity(tls=_tls(os.environ if env is None else env, "SCHEDULER_ZK"))
+    env = os.environ if env is None else env
+    readers = tuple(r.strip() for r in env.get("SCHEDULER_ZK_READERS", "").split(",") if r.strip())
+    for reader in readers:
+        user, _, digest = reader.partition(":")
+        # Not a password: the digest of one (a secret here would be a mistake worth naming).
+        if not user or len(digest) != 28 or not digest.endswith("="):
+            raise ConfigError(f"SCHEDULER_ZK_READERS holds {user or '?'}:<...>, not a digest id: give "
+                              "user:base64(sha1(user:password)) (ops/secure-stack env prints one)")
+    return ZkSecurity(tls=_tls(env, "SCHEDULER_ZK"), readers=readers)
 
 
 def zookeeper_credentials(env: Mapping[str, str] | None = None) -> str | None:

@@ -35,7 +35,9 @@ def role_env(role: str) -> dict[str, str]:
 def secrets() -> list[str]:
     """Every password and key the stack generated (each long and random: a plain
     substring search of any output finds it)."""
-    found = [p.read_text().strip() for p in (SECURE_DIR / "secrets").glob("*") if p.is_file()]
+    # (*.id: a ZooKeeper digest id, a hash and no secret, printed by `env` on purpose.)
+    found = [p.read_text().strip() for p in (SECURE_DIR / "secrets").glob("*")
+             if p.is_file() and p.suffix != ".id"]
     found += [s.partition(":")[2] for s in found if ":" in s]  # the ZooKeeper digest's password
     key = (SECURE_DIR / "tls" / "client.key").read_text()
     found += [line for line in key.splitlines() if line and not line.startswith("-----")][:3]

@@ -5,6 +5,7 @@ and no secret the stack generated appears in any output of these runs."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -18,7 +19,7 @@ import pytest
 
 from scheduler import Client
 from scheduler.clock import SystemClock
-from scheduler.coord import read_fleet
+from scheduler.coord import kazoo_client, read_fleet
 from scheduler.errors import SchedulerError, TlsError
 from scheduler.observe import lag_report
 from scheduler.security import Secret
@@ -138,10 +139,11 @@ def scrape(url: str) -> dict[str, float]:
             (line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))}
 
 
-def test_a_fleet_over_tls_fires_through_a_password_rotation_and_the_reader_exports_lag(ks, tmp_path):
+def test_a_fleet_over_tls_fires_through_password_and_certificate_rotations_the_reader_reads_lag(ks, tmp_path):
     app = {**role_env("app"), "SCHEDULER_STORE": url_for("app", ks)}
     app["SCHEDULER_COORDINATOR"] = f"zookeeper://localhost:{ZK_PORT}/{ks}"
-    reader = {**role_env("reader"), "SCHEDULER_STORE": url_for("reader", ks)}
+    reader = {**role_env("reader"), "SCHEDULER_STORE": url_for("reader", ks),
+              "SCHEDULER_COORDINATOR": app["SCHEDULER_COORDINATOR"]}
     base = {k: v for k, v in os.environ.items() if not k.startswith("SCHEDULER_")}
     out = tmp_path / "fired.log"
     procs: list[subprocess.Popen[Any]] = []
@@ -170,6 +172,15 @@ def test_a_fleet_over_tls_fires_through_a_password_rotation_and_the_reader_expor
             exporter = subprocess.Popen([sys.executable, "-m", "scheduler", *args], cwd=ROOT,
                                         env={**base, **reader}, stdout=subprocess.DEVNULL, stderr=fh)
         procs.append(exporter)
+        # The servers' certificates renewed under the running fleet: both serve the new
+        # one to new connections, and new processes connect through it.
+        before = {port: served_cert(port) for port in (CQL_PORT, ZK_PORT)}
+        subprocess.run([str(OPS), "renew-cert"], check=True, capture_output=True, timeout=120)
+        wait_until(lambda: all(served_cert(p) != cert for p, cert in before.items()), 30,
+                   "both servers serving the renewed certificate")
+        due |= schedule_cli(app, 3, "d")
+        wait_until(lambda: len(fleet_as(reader)["pollers"] or []) == 2, 30, "the reader seeing the fleet")
+        reader_cannot_write(reader, ks)
         try:
             wait_until(lambda: set(due) <= {r.job_id for r in read_records(str(out))}, 90, "every job fired")
         except AssertionError:
@@ -205,6 +216,38 @@ def test_a_fleet_over_tls_fires_through_a_password_rotation_and_the_reader_expor
         store.close()
     for p in tmp_path.glob("*.log"):
         OUTPUTS.append(p.read_text())
+
+
+def served_cert(port: int) -> bytes:
+    """The certificate a server on localhost:``port`` serves to a new connection."""
+    import socket
+
+    tls = zookeeper_security(role_env("app")).tls
+    assert tls is not None
+    with socket.create_connection(("localhost", port), timeout=5) as raw, \
+            tls.context().wrap_socket(raw, server_hostname="localhost") as conn:
+        return conn.getpeercert(binary_form=True) or b""
+
+
+def fleet_as(env: dict[str, str]) -> dict[str, Any]:
+    res = cli(env, "status", "--json")
+    assert res.returncode == 0, res.stderr
+    return dict(json.loads(res.stdout))
+
+
+def reader_cannot_write(reader: dict[str, str], ks: str) -> None:
+    """The reader's ZooKeeper identity reads the fleet's znodes and may not add to them."""
+    from kazoo.exceptions import NoAuthError
+
+    zk = kazoo_client(f"localhost:{ZK_PORT}", 10, zookeeper_credentials(reader), zookeeper_security(reader))
+    zk.start(timeout=10)
+    try:
+        assert len(zk.get_children(f"/{ks}/members")) == 2
+        with pytest.raises(NoAuthError):
+            zk.create(f"/{ks}/members/intruder", b"", ephemeral=True)
+    finally:
+        zk.stop()
+        zk.close()
 
 
 def schedule_cli(env: dict[str, str], n: int, prefix: str) -> dict[str, int]:

@@ -74,7 +74,7 @@ def test_a_refused_login_is_retried_only_around_a_password_rotation(tmp_path):
 
     pw = tmp_path / "app.pw"
     pw.write_text("old\n")
-    secret, naps = Secret(path=str(pw)), []
+    secret, naps = Secret(path=str(pw)), list[float]()
     assert secret.rotating("old")  # replaced just now: the server's cache may lag
     os.utime(pw, (1, 1))  # a file unchanged for ages: a wrong password, no wait past the gap
     assert not secret.rotating("old", gap_s=0.3, sleep=naps.append) and len(naps) == 3
@@ -85,3 +85,16 @@ def test_a_refused_login_is_retried_only_around_a_password_rotation(tmp_path):
 
     assert secret.rotating("old", gap_s=1.0, sleep=rotate)
     assert not Secret(value="env").rotating("env")
+
+
+def test_readers_get_read_only_acls_and_a_password_is_refused_as_a_reader_id():
+    from kazoo.security import make_digest_acl_credential
+
+    reader_id = make_digest_acl_credential("reader", "pw")
+    sec = zookeeper_security({"SCHEDULER_ZK_READERS": f" {reader_id} "})
+    own, read = sec.acl("app:secret") or []
+    assert own.perms == 31 and read.perms == 1 and read.id.id == reader_id
+    assert ZkSecurity().acl(None) is None
+    with pytest.raises(ConfigError, match="not a digest id") as err:
+        zookeeper_security({"SCHEDULER_ZK_READERS": "reader:plain-password"})
+    assert "plain-password" not in str(err.value)
