@@ -4,4 +4,6 @@ COPY pyproject.toml README.md ./
 COPY scheduler ./scheduler
 COPY cql ./cql
 RUN pip install --no-cache-dir .
+# The secured override's `schema` service creates the roles with it.
+COPY ops/secure_setup.py ./ops/
 ENTRYPOINT []

@@ -2,7 +2,11 @@
 the secured Cassandra node, rotate a role's password. Secrets are read from and written
 to files under the stack's folder and never printed.
 
-    python ops/secure_setup.py --dir .data/secure --keyspace scheduler wait-zk|roles|rotate-password ROLE
+    python ops/secure_setup.py --dir .data/secure [--host H] [--keyspace scheduler] \
+        wait-zk|roles|rotate-password ROLE
+
+``--host``: the servers' address (default 127.0.0.1; ``cassandra`` in the compose override,
+where the folder is mounted at /secure and the servers are the containers).
 """
 
 from __future__ import annotations
@@ -19,6 +23,12 @@ from scheduler import queries
 
 CQL_PORT = 9142
 ZK_PORT = 2281
+HOST = "127.0.0.1"  # --host sets it
+
+
+def host_name() -> str:
+    """The name in the servers' certificate for HOST."""
+    return "localhost" if HOST == "127.0.0.1" else HOST
 ROLES = ("admin", "app", "reader")
 GRANTS = {"app": ("SELECT", "MODIFY"), "reader": ("SELECT",)}
 
@@ -38,7 +48,7 @@ def session(folder: Path, user: str, password: str, deadline_s: float = 120.0):
     ctx = ssl.create_default_context(cafile=str(folder / "tls" / "ca.pem"))
     end = time.monotonic() + deadline_s
     while True:
-        cluster = Cluster(["127.0.0.1"], port=CQL_PORT, ssl_context=ctx, protocol_version=5,
+        cluster = Cluster([HOST], port=CQL_PORT, ssl_context=ctx, protocol_version=5,
                           auth_provider=PlainTextAuthProvider(user, password))
         try:
             return cluster, cluster.connect()
@@ -61,7 +71,7 @@ def cql(name: str, **fill: str) -> str:
 
 def roles(folder: Path, keyspace: str) -> None:
     secrets_dir = folder / "secrets"
-    marker = folder / "roles.done"
+    marker = folder / ("roles.done" if HOST == "127.0.0.1" else f"roles-{HOST}.done")
     if marker.exists():
         say("roles exist already")
         return
@@ -74,12 +84,11 @@ def roles(folder: Path, keyspace: str) -> None:
     for role in ("app", "reader"):
         s.execute(cql("create_login", role=role, password=pw[role]))
     # The keyspace is created by the admin role through the scheduler itself.
-    env = {**os.environ, "SCHEDULER_STORE": f"cassandra://admin@localhost:{CQL_PORT}/{keyspace}",
+    env = {**os.environ, "SCHEDULER_STORE": f"cassandra://admin@{host_name()}:{CQL_PORT}/{keyspace}",
            "SCHEDULER_CASSANDRA_PASSWORD_FILE": str(secrets_dir / "admin.pw"),
            "SCHEDULER_CASSANDRA_CA": str(folder / "tls" / "ca.pem")}
-    scheduler = Path(sys.executable).parent / "scheduler"
-    subprocess.run([str(scheduler), "schema", "apply", "--shards", "8"], env=env, check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "-m", "scheduler", "schema", "apply", "--shards", "8"], env=env,
+                   check=True, stdout=subprocess.DEVNULL)
     for role, perms in GRANTS.items():
         for perm in perms:
             s.execute(cql("grant", permission=perm, keyspace=keyspace, role=role))
@@ -119,7 +128,7 @@ def wait_zk(folder: Path, deadline_s: float = 60.0) -> None:
     tls = folder / "tls"
     end = time.monotonic() + deadline_s
     while True:
-        zk = KazooClient(hosts=f"localhost:{ZK_PORT}", use_ssl=True, ca=str(tls / "ca.pem"),
+        zk = KazooClient(hosts=f"{host_name()}:{ZK_PORT}", use_ssl=True, ca=str(tls / "ca.pem"),
                          certfile=str(tls / "client.crt"), keyfile=str(tls / "client.key"), verify_certs=True)
         try:
             zk.start(timeout=5)
@@ -139,10 +148,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", required=True)
     ap.add_argument("--keyspace", default="scheduler")
+    ap.add_argument("--host", default=HOST)
     ap.add_argument("command", choices=["wait-zk", "roles", "rotate-password"])
     ap.add_argument("role", nargs="?")
     args = ap.parse_args()
     folder = Path(args.dir)
+    global HOST
+    HOST = args.host
     if args.command == "wait-zk":
         wait_zk(folder)
     elif args.command == "roles":

@@ -13,9 +13,10 @@
 | SCHEDULER_CASSANDRA_PASSWORD | (none) | the password itself (the file is preferred) |
 | SCHEDULER_CASSANDRA_CA | (none) | CA file (PEM): turns TLS on and trusts only that CA |
 | SCHEDULER_CASSANDRA_TLS | false | TLS with the system's CAs, when no CA file is given |
-| SCHEDULER_CASSANDRA_CERT, _KEY | (none) | client certificate and key (PEM), for mutual TLS |
+| SCHEDULER_CASSANDRA_CERT, SCHEDULER_CASSANDRA_KEY | (none) | client certificate and key (PEM) |
 | SCHEDULER_CASSANDRA_VERIFY_HOSTNAME | true | ``false`` accepts any name (logged as a warning) |
-| SCHEDULER_ZK_CA, _TLS, _CERT, _KEY, _VERIFY_HOSTNAME | | the same for ZooKeeper |
+| SCHEDULER_ZK_CA, SCHEDULER_ZK_TLS, SCHEDULER_ZK_CERT, SCHEDULER_ZK_KEY | | the same for ZooKeeper |
+| SCHEDULER_ZK_VERIFY_HOSTNAME | true | |
 | SCHEDULER_ZK_AUTH_FILE / SCHEDULER_ZK_AUTH | (none) | ``user:password`` digest credentials |
 | SCHEDULER_ZK_READERS | (none) | digest ids ``user:base64(sha1(user:password))``, comma- |
 | | | separated, given read-only access to the znodes a poller creates |

@@ -185,3 +185,52 @@ def _promtool_version_or(default: str) -> str:
 @pytest.mark.parametrize("path", ["Dockerfile", "ops/RUNBOOK.md"])
 def test_files_compose_needs_exist(path: str):
     assert (ROOT / path).exists()
+
+
+def test_every_package_is_in_the_wheel():
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    on_disk = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "scheduler").rglob("__init__.py")}
+    assert on_disk <= listed, f"pyproject.toml misses {sorted(on_disk - listed)}: a wheel would lack them"
+
+
+def test_the_secure_compose_override_matches_the_secure_stack(tmp_path):
+    """ops/secure-stack compose-files makes every file docker-compose.secure.yml mounts; its
+    ports are the script's; the env files hold known settings; the Cassandra configuration
+    has only keys that Cassandra's own cassandra.yaml knows."""
+    import os
+
+    res = subprocess.run([str(ROOT / "ops" / "secure-stack"), "compose-files"], capture_output=True,
+                         text=True, env={**os.environ, "SCHEDULER_DATA_DIR": str(tmp_path)}, timeout=120)
+    assert res.returncode == 0, res.stderr
+    out = tmp_path / "secure" / "compose"
+    override = yaml.safe_load((ROOT / "docker-compose.secure.yml").read_text())
+    script = (ROOT / "ops" / "secure-stack").read_text()
+    base = compose()["services"]
+    assert set(override["services"]) <= set(base)
+    assert f"{ops_default_plain(script, 'CQL_PORT')}:9142" in override["services"]["cassandra"]["ports"][0]
+    assert f"{ops_default_plain(script, 'ZK_PORT')}:2281" in override["services"]["zookeeper"]["ports"][0]
+    known_env = set(re.findall(r"\b(SCHEDULER_[A-Z_]+)\b", (ROOT / "scheduler" / "settings.py").read_text()))
+    for name, svc in override["services"].items():
+        for vol in svc.get("volumes", []):
+            host = vol.split(":")[0]
+            assert (tmp_path / host.removeprefix("./.data/")).exists(), (name, vol)
+        for env_file in svc.get("env_file", []):
+            lines = (tmp_path / env_file.removeprefix(".data/")).read_text().splitlines()
+            keys = {line.partition("=")[0] for line in lines}
+            assert keys <= known_env, (name, keys - known_env)
+            assert all("/secure/" in line for line in lines if "_FILE=" in line or "_CA=" in line)
+    assert "COPY ops/secure_setup.py" in (ROOT / "Dockerfile").read_text()
+    reference = next((Path.home() / ".cache" / "scheduler-ops").glob("cassandra-*/conf/cassandra.yaml"), None)
+    if reference is not None:  # fetched by ops/cassandra (always in ops/test)
+        known = set(re.findall(r"^#?\s?([a-z_]+):", reference.read_text(), flags=re.M))
+        ours = set(yaml.safe_load((out / "cassandra.yaml").read_text()))
+        assert ours <= known, sorted(ours - known)
+    assert "/secure/tls/server.p12" in (out / "zoo.cfg").read_text()
+
+
+def ops_default_plain(script: str, variable: str) -> str:
+    m = re.search(rf"^{variable}=(\d+)$", script, flags=re.M)
+    assert m, variable
+    return m.group(1)
