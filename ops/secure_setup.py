@@ -145,6 +145,7 @@ def wait_zk(folder: Path, deadline_s: float = 60.0) -> None:
 
 
 def main() -> None:
+    global HOST
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", required=True)
     ap.add_argument("--keyspace", default="scheduler")
@@ -153,7 +154,6 @@ def main() -> None:
     ap.add_argument("role", nargs="?")
     args = ap.parse_args()
     folder = Path(args.dir)
-    global HOST
     HOST = args.host
     if args.command == "wait-zk":
         wait_zk(folder)

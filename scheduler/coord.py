@@ -27,10 +27,11 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 from urllib.parse import urlparse
 
-from .errors import ConfigError, SchedulerError, StoreUnavailable
-from .security import ZkSecurity, explain_zookeeper, is_loopback
+from .errors import ConfigError, PermissionDenied, StoreUnavailable
+from .security import ZkSecurity
 from .settings import zookeeper_credentials as read_credentials
 from .settings import zookeeper_security
+from .zkconn import RECONNECT, heal_acls, kazoo_client, zk_unreachable
 
 log = logging.getLogger("scheduler.coord")
 
@@ -130,29 +131,6 @@ class LocalCoordinator:
             self._reg["members"].add(self.member_id)
 
 
-RECONNECT = {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 1.0}
-
-
-def kazoo_client(hosts: str, timeout_s: float, credentials: str | None, security: ZkSecurity,
-                 **kwargs: Any) -> Any:
-    """A ``KazooClient`` with the settings' TLS and digest credentials. Digest credentials
-    cross the wire in clear text: refused (``ConfigError``) without TLS unless every
-    host is a loopback address."""
-    from kazoo.client import KazooClient
-
-    if credentials and security.tls is None and not is_loopback(hosts):
-        raise ConfigError(f"ZooKeeper digest credentials would cross the network in clear text to "
-                          f"{hosts}: set SCHEDULER_ZK_CA (TLS) or use a loopback address")
-    auth = [("digest", credentials)] if credentials else None
-    return KazooClient(hosts=hosts, timeout=timeout_s, auth_data=auth, **security.kazoo_args(), **kwargs)
-
-
-def zk_unreachable(hosts: str, exc: BaseException, security: ZkSecurity, hint: str) -> SchedulerError:
-    """The one error for a ZooKeeper connection that failed: the TLS cause when there is one."""
-    return explain_zookeeper(exc, hosts, security.tls) or StoreUnavailable(
-        f"cannot reach ZooKeeper at {hosts} ({type(exc).__name__}: {exc}); {hint}")
-
-
 class ZooKeeperCoordinator:
     def __init__(self, hosts: str, root: str, *, session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S,
                  credentials: str | None = None, security: ZkSecurity | None = None) -> None:
@@ -193,6 +171,7 @@ class ZooKeeperCoordinator:
                                  "start it (ops/zookeeper start) or fix --coordinator") from None
         for path in (f"{self.root}/members", f"{self.root}/locks"):
             self.zk.ensure_path(path)
+        heal_acls(self.zk, self.root, self.zk.default_acl)
         # The fleet reads the member list every tick (0.5 s), so no watch is needed.
         self.zk.create(f"{self.root}/members/{member_id}", b"", ephemeral=True)
         self._renew()
@@ -352,7 +331,7 @@ def read_fleet(url: str, *, timeout_s: float = 10.0,
     """Members and lock holders, read without joining the fleet. None for ``local``
     coordination (it lives inside one process). Raises ``StoreUnavailable`` when
     ZooKeeper cannot be reached."""
-    from kazoo.exceptions import KazooException, NoNodeError
+    from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
     from kazoo.handlers.threading import KazooTimeoutError
 
     if not url or url.startswith("local"):
@@ -381,6 +360,11 @@ def read_fleet(url: str, *, timeout_s: float = 10.0,
             except NoNodeError:  # released while we looked
                 continue
         return FleetSnapshot(members, owners)
+    except NoAuthError:
+        user = (credentials() or "(none)").partition(":")[0]
+        raise PermissionDenied(
+            f"ZooKeeper at {parsed.netloc} refuses user {user!r} read access to {root}: add its digest "
+            "id to the pollers' SCHEDULER_ZK_READERS (they grant it when they start)") from None
     except (KazooTimeoutError, KazooException) as exc:
         raise zk_unreachable(parsed.netloc, exc, sec, "the fleet could not be read") from None
     finally:

@@ -19,12 +19,13 @@ import pytest
 
 from scheduler import Client
 from scheduler.clock import SystemClock
-from scheduler.coord import kazoo_client, read_fleet
+from scheduler.coord import read_fleet
 from scheduler.errors import SchedulerError, TlsError
 from scheduler.observe import lag_report
 from scheduler.security import Secret
 from scheduler.settings import zookeeper_credentials, zookeeper_security
 from scheduler.store import SchemaOptions
+from scheduler.zkconn import kazoo_client
 from tests.handlers import read_records
 from tests.procs import ROOT, schedule, start_poller, wait_until
 from tests.secure import CQL_PORT, ZK_PORT, create_keyspace, open_as, role_env, secrets, url_for
@@ -264,6 +265,36 @@ def schedule_cli(env: dict[str, str], n: int, prefix: str) -> dict[str, int]:
     return due
 
 
+def test_a_reader_added_later_gets_read_access_when_a_poller_starts(secure_stack, tmp_path):
+    """znodes made before SCHEDULER_ZK_READERS named the reader: the reader's view says what
+    to do, and the next poller to start gives the reader its read access."""
+    from scheduler.coord import ZooKeeperCoordinator
+    from scheduler.errors import PermissionDenied
+
+    app, reader = role_env("app"), role_env("reader")
+    root = f"/late_{os.getpid()}"
+    hosts = f"localhost:{ZK_PORT}"
+    old = ZooKeeperCoordinator(hosts, root, credentials=zookeeper_credentials(app),
+                               security=zookeeper_security({**app, "SCHEDULER_ZK_READERS": ""}))
+    old.start("old-member")
+    try:
+        view = {**reader, "SCHEDULER_COORDINATOR": f"zookeeper://{hosts}{root}"}
+        with pytest.raises(PermissionDenied, match="SCHEDULER_ZK_READERS"):
+            read_fleet(view["SCHEDULER_COORDINATOR"], credentials=lambda: zookeeper_credentials(view),
+                       security=lambda: zookeeper_security(view))
+        new = ZooKeeperCoordinator(hosts, root, credentials=zookeeper_credentials(app),
+                                   security=zookeeper_security(app))
+        new.start("new-member")
+        try:
+            fleet = read_fleet(view["SCHEDULER_COORDINATOR"], credentials=lambda: zookeeper_credentials(view),
+                               security=lambda: zookeeper_security(view))
+            assert fleet is not None and set(fleet.members or []) == {"old-member", "new-member"}
+        finally:
+            new.stop()
+    finally:
+        old.stop()
+
+
 def test_no_secret_appears_in_any_output(secure_stack):
     """Last in this module: every CLI output, poller and exporter log and metrics page of
     the runs above, the processes' command lines, and the reprs of the settings."""
@@ -282,3 +313,4 @@ def test_no_secret_appears_in_any_output(secure_stack):
     text = "\n".join(OUTPUTS)
     leaked = [s[:4] + "..." for s in secrets() if s in text]
     assert not leaked, f"secrets printed: {leaked}"
+

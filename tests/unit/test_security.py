@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.coord import kazoo_client
 from scheduler.errors import ConfigError, PermissionDenied
 from scheduler.security import Secret, ZkSecurity, explain_unauthorized, is_loopback
 from scheduler.settings import cassandra_security, zookeeper_security
 from scheduler.store.cconf import CassandraUrl
+from scheduler.zkconn import kazoo_client
 
 
 def test_a_password_never_shows_in_a_repr_and_its_file_is_read_on_each_use(tmp_path):
