@@ -68,9 +68,8 @@ class Secret:
         if self.path is None:
             return None
         try:
-            with open(self.path, encoding="utf-8") as fh:
-                return fh.read().strip()
-        except OSError:
+            return self.reveal(_PASSWORD_SETTING)
+        except ConfigError:  # unreadable or empty (mid-write)
             return None
 
     def rotating(self, before: str | None, *, gap_s: float = ROTATION_GAP_S,
