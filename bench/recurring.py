@@ -74,9 +74,9 @@ def create_schedules(store: CassandraStore, n: int, start_ms: int) -> float:
     stmt = store.prepared("insert_schedule")
     for i in range(0, n, 5000):
         store._concurrent([(stmt, schedule_params(s)) for s in schedules[i:i + 5000]], "bench schedules")
-    jobs = [writes.place(client, s, s.rule.anchor_ms) for s in schedules]
+    jobs = [client.run(writes.place(client.producer, s, s.rule.anchor_ms)) for s in schedules]
     for i in range(0, n, 5000):
-        writes.write(client, jobs[i:i + 5000])
+        client.run(writes.write(client.producer, jobs[i:i + 5000]))
     return time.perf_counter() - t0
 
 

@@ -2,6 +2,7 @@
 
 from typing import TYPE_CHECKING
 
+from .aclient import AsyncClient
 from .client import Client
 from .dispatch import App, RetryPolicy
 from .errors import (
@@ -34,6 +35,7 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "App",
+    "AsyncClient",
     "Client",
     "ConfigError",
     "InvalidInput",

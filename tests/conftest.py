@@ -164,3 +164,51 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
             if "cluster3" in item.keywords:
                 item.add_marker(skip)
     items.sort(key=lambda item: "fault" in item.keywords)
+
+
+class Blocking:
+    """An ``AsyncClient`` behind blocking calls, so the one contract suite drives both
+    clients: each coroutine method runs to completion on a private event loop (so the
+    Cassandra store's futures resolve through a real loop)."""
+
+    def __init__(self, target: Any, loop: Any) -> None:
+        self._target, self._loop = target, loop
+
+    def __getattr__(self, name: str) -> Any:
+        import inspect
+
+        attr = getattr(self._target, name)
+        if name == "recurring":
+            return Blocking(attr, self._loop)
+        if inspect.iscoroutinefunction(attr):
+            return lambda *a, **k: self._loop.run_until_complete(attr(*a, **k))
+        return attr
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name.startswith("_"):
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self._target, name, value)
+
+
+@pytest.fixture(params=["sync", "async"])
+def make_client(request: Any) -> Iterator[Any]:
+    """``make_client(store, **options)``: a ``Client``, or an ``AsyncClient`` seen through
+    ``Blocking``; closed at the end of the test."""
+    import asyncio
+
+    from scheduler import AsyncClient, Client
+
+    loop = asyncio.new_event_loop() if request.param == "async" else None
+    made: list[Any] = []
+
+    def make(store: Store, **options: Any) -> Any:
+        c = Client(store, **options) if loop is None else Blocking(AsyncClient(store, **options), loop)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.close()
+    if loop is not None:
+        loop.close()

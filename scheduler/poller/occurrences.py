@@ -88,9 +88,9 @@ class Occurrences:
             s = schedules.get(occ.schedule_id)
             for nominal in chain.successors(s, occ, now):
                 assert s is not None
-                job = writes.place(self.client, s, nominal, now)
+                job = self.client.run(writes.place(self.client.producer, s, nominal, now))
                 jobs[job.job_id] = job
-        writes.write(self.client, list(jobs.values()))
+        self.client.run(writes.write(self.client.producer, list(jobs.values())))
 
     def _schedules(self, occs: list[Occurrence]) -> dict[str, Schedule | None]:
         """The occurrences' schedules, from the cache when it says the occurrence is

@@ -12,11 +12,12 @@ schedule created again under the same id starts a fresh chain.
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..effects import Sleep, Steps, call
 from ..errors import ScheduleConflict, ScheduleNotFound
 from ..model import Status, check_kind, encode_payload
 from . import chain, writes
@@ -37,6 +38,9 @@ from .schedule import (
 
 if TYPE_CHECKING:
     from ..client import Client
+    from ..producer import Producer
+
+T = TypeVar("T")
 
 _UNSET: Any = object()
 # How many past nominal times ``view`` looks through for the last one that fired.
@@ -47,11 +51,15 @@ def _seconds(value: str | int, flag: str, allow_zero: bool = False) -> int:
     return value if isinstance(value, int) else parse_duration(value, flag, allow_zero=allow_zero)
 
 
-class Recurring:
-    def __init__(self, client: Client) -> None:
-        self.client = client
-        self.store = client.store
-        self.clock = client.clock
+class RecurringOps:
+    """The operations as effect generators (``scheduler.effects``), for both clients."""
+
+    def __init__(self, producer: Producer) -> None:
+        self.producer = producer
+        self.clock = producer.clock
+
+    def _retrying(self, make: Callable[[], Steps[T]]) -> Steps[T]:
+        return self.producer.retrying(make)
 
     # --- building -------------------------------------------------------------------
 
@@ -76,7 +84,7 @@ class Recurring:
         if payload is _UNSET:
             data, is_json = (base.payload, base.payload_json) if base else (b"null", True)
         else:
-            data, is_json = encode_payload(payload, self.client.max_payload_bytes)
+            data, is_json = encode_payload(payload, self.producer.max_payload_bytes)
 
         def pick(value: Any, attr: str, default: Any) -> Any:
             return (getattr(base, attr) if base else default) if value is _UNSET else value
@@ -97,39 +105,36 @@ class Recurring:
     def create(self, schedule_id: str, *, kind: str, cron: str | None = None, every: str | int | None = None,
                tz: str | None = None, payload: Any = None, start: datetime | None = None,
                end: datetime | None = None, overlap: str = "allow", misfire: str = "fire_once",
-               catchup_window: str | int = DEFAULT_CATCHUP_WINDOW_S, jitter: str | int = 0) -> Schedule:
-        """Create a schedule and write its first occurrence. The same id with the same
-        definition is a no-op; with another, ``ScheduleConflict``."""
+               catchup_window: str | int = DEFAULT_CATCHUP_WINDOW_S,
+               jitter: str | int = 0) -> Steps[Schedule]:
         new = self._build(schedule_id, None, kind=kind, cron=cron, every=every, tz=tz, payload=payload,
                           start=start, end=end, overlap=overlap, misfire=misfire,
                           catchup_window=catchup_window, jitter=jitter)
         for _ in range(3):
-            old = self._read(schedule_id)
+            old = yield from self._read(schedule_id)
             if old is not None and old.state is not State.DELETED:
                 if old.same_definition(new):
                     return old
                 raise ScheduleConflict(f"schedule {schedule_id!r} exists with another definition: "
                                        "use `recurring update`, or delete it first")
             if old is None:
-                if self.store.insert_schedule(new):
+                if (yield from call("insert_schedule", new)):
                     break
             else:  # re-created after a delete: a new version, a fresh chain (bullmq#3063)
                 new = replace(new, version=old.version + 1)
-                if self.store.replace_schedule(new, old.version):
+                if (yield from call("replace_schedule", new, old.version)):
                     break
         else:
             raise ScheduleConflict(f"schedule {schedule_id!r} keeps changing; try again")
-        self._start_chain(new)
+        yield from self._start_chain(new)
         return new
 
-    def update(self, schedule_id: str, **changes: Any) -> Schedule:
-        """Change any option of ``create``; bumps the version, so pending occurrences of
-        the old definition do not fire, and writes the first occurrence of the new one."""
+    def update(self, schedule_id: str, **changes: Any) -> Steps[Schedule]:
         unknown = set(changes) - {"kind", "cron", "every", "tz", "payload", "start", "end", "overlap",
                                   "misfire", "catchup_window", "jitter"}
         if unknown:
             raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))}")
-        old = self.get(schedule_id)
+        old = yield from self.get(schedule_id)
         opts = {k: changes.get(k, _UNSET) for k in ("kind", "cron", "every", "tz", "payload", "start",
                                                      "end", "overlap", "misfire", "catchup_window",
                                                      "jitter")}
@@ -138,48 +143,43 @@ class Recurring:
         elif opts["every"] is not _UNSET and opts["cron"] is _UNSET:
             opts["cron"] = None
         new = replace(self._build(schedule_id, old, **opts), version=old.version + 1)
-        self._replace(new, old)
-        self._start_chain(new)
+        yield from self._replace(new, old)
+        yield from self._start_chain(new)
         return new
 
-    def pause(self, schedule_id: str) -> Schedule:
-        """Stop firing: pending occurrences are skipped (counted as paused), and the
-        times that fall while paused are never caught up."""
-        old = self.get(schedule_id)
+    def pause(self, schedule_id: str) -> Steps[Schedule]:
+        old = yield from self.get(schedule_id)
         new = replace(old, state=State.PAUSED, updated_ms=self.clock.now_ms())
         if old.state is not State.PAUSED:
-            self._replace(new, old)
+            yield from self._replace(new, old)
         return new
 
-    def resume(self, schedule_id: str) -> Schedule:
-        """Fire again from the next nominal time after now."""
-        old = self.get(schedule_id)
+    def resume(self, schedule_id: str) -> Steps[Schedule]:
+        old = yield from self.get(schedule_id)
         new = replace(old, state=State.ACTIVE, updated_ms=self.clock.now_ms())
         if old.state is not State.ACTIVE:
-            self._replace(new, old)
+            yield from self._replace(new, old)
         # Two: an occurrence read while the schedule was paused got no successor, and it
         # may be the first one after now.
-        self._start_chain(new, count=2)
+        yield from self._start_chain(new, count=2)
         return new
 
-    def delete(self, schedule_id: str) -> None:
-        """Nothing of the schedule fires after this returns (its pending occurrences are
-        superseded: checked when each is dispatched)."""
-        old = self.get(schedule_id)
-        self._replace(replace(old, state=State.DELETED, version=old.version + 1,
-                              updated_ms=self.clock.now_ms()), old)
+    def delete(self, schedule_id: str) -> Steps[None]:
+        old = yield from self.get(schedule_id)
+        yield from self._replace(replace(old, state=State.DELETED, version=old.version + 1,
+                                         updated_ms=self.clock.now_ms()), old)
 
-    def _replace(self, new: Schedule, old: Schedule) -> None:
+    def _replace(self, new: Schedule, old: Schedule) -> Steps[None]:
         # The version guards the change; pause and resume keep it, so they are fenced
         # against an update or a delete that bumped it, not against each other.
-        if not self.store.replace_schedule(new, old.version):
+        if not (yield from call("replace_schedule", new, old.version)):
             raise ScheduleConflict(f"schedule {old.schedule_id!r} changed meanwhile; read it and try again")
         # A poller may still use a decision read just before this change for this long
         # (occurrences.py): wait it out, so that nothing the change forbids fires once
         # it has returned.
-        time.sleep(chain.DECISION_FRESH_S)
+        yield Sleep(chain.DECISION_FRESH_S)
 
-    def _start_chain(self, s: Schedule, count: int = 1) -> None:
+    def _start_chain(self, s: Schedule, count: int = 1) -> Steps[None]:
         """Write the occurrences at the first ``count`` nominal times after now
         (idempotent: the same rows as the ones the poller writes from the previous
         occurrence)."""
@@ -192,42 +192,37 @@ class Recurring:
             t = s.first_after(t) if t is not None else None
             if t is None:
                 break
-            jobs.append(writes.place(self.client, s, t, now))
+            jobs.append((yield from writes.place(self.producer, s, t, now)))
         if jobs:
-            self.client._retrying(lambda: writes.write(self.client, jobs))
+            yield from self._retrying(lambda: writes.write(self.producer, jobs))
 
-    def check(self, repair: bool = False) -> list[Schedule]:
-        """The active schedules whose chain broke (see ``check.py``); with ``repair``,
-        each goes on from the next time after now."""
-        from .check import broken_chains
+    def check(self, repair: bool = False) -> Steps[list[Schedule]]:
+        from .check import find_broken
 
-        broken = self.client._retrying(lambda: broken_chains(self.store, self.clock.now_ms()))
+        broken = yield from self._retrying(lambda: find_broken(self.clock.now_ms()))
         if repair:
             for s in broken:
-                self._start_chain(s)
+                yield from self._start_chain(s)
         return broken
 
     # --- views ----------------------------------------------------------------------
 
-    def _read(self, schedule_id: str) -> Schedule | None:
-        return self.client._retrying(lambda: self.store.get_schedules([schedule_id])).get(schedule_id)
+    def _read(self, schedule_id: str) -> Steps[Schedule | None]:
+        found = yield from self._retrying(lambda: call("get_schedules", [schedule_id]))
+        return found.get(schedule_id)  # type: ignore[no-any-return]
 
-    def get(self, schedule_id: str) -> Schedule:
-        """The schedule (with its skipped count); ``ScheduleNotFound`` when there is
-        none or it was deleted."""
+    def get(self, schedule_id: str) -> Steps[Schedule]:
         check_schedule_id(schedule_id)
-        s = self._read(schedule_id)
+        s = yield from self._read(schedule_id)
         if s is None or s.state is State.DELETED:
             raise ScheduleNotFound(f"no recurring schedule {schedule_id!r}")
-        return replace(s, skipped=self.store.skipped(schedule_id))
+        return replace(s, skipped=(yield from call("skipped", schedule_id)))
 
-    def list(self) -> list[Schedule]:
-        """Every schedule not deleted."""
-        return [s for s in self.client._retrying(self.store.list_schedules) if s.state is not State.DELETED]
+    def list(self) -> Steps[list[Schedule]]:
+        found = yield from self._retrying(lambda: call("list_schedules"))
+        return [s for s in found if s.state is not State.DELETED]
 
-    def view(self, s: Schedule) -> dict[str, Any]:
-        """``recurring get``'s JSON: the schedule with its next nominal fire time and the
-        last nominal time that fired (looked up among the last few occurrences)."""
+    def view(self, s: Schedule) -> Steps[dict[str, Any]]:
         now = self.clock.now_ms()
         nxt = s.first_after(now) if s.state is State.ACTIVE else None
         times: list[int] = []
@@ -238,6 +233,59 @@ class Recurring:
                 break
             times.append(t)
         ids = {occurrence_id(s.schedule_id, s.version, t): t for t in times}
-        found = self.store.get_many(list(ids)) if ids else {}
+        found = (yield from call("get_many", list(ids))) if ids else {}
         fired = [ids[j.job_id] for j in found.values() if j.status is Status.FIRED]
         return s.to_dict(nxt, max(fired) if fired else None)
+
+
+class Recurring:
+    """``Client.recurring``: the operations of ``RecurringOps``, performed synchronously."""
+
+    def __init__(self, client: Client) -> None:
+        self.ops = RecurringOps(client.producer)
+        self._run = client.run
+
+    def create(self, schedule_id: str, **options: Any) -> Schedule:
+        """Create a schedule and write its first occurrence (options: ``kind`` (required),
+        ``cron`` or ``every``, ``tz``, ``payload``, ``start``, ``end``, ``overlap``,
+        ``misfire``, ``catchup_window``, ``jitter``). The same id with the same
+        definition is a no-op; with another, ``ScheduleConflict``."""
+        return self._run(self.ops.create(schedule_id, **options))
+
+    def update(self, schedule_id: str, **changes: Any) -> Schedule:
+        """Change any option of ``create``; bumps the version, so pending occurrences of
+        the old definition do not fire, and writes the first occurrence of the new one."""
+        return self._run(self.ops.update(schedule_id, **changes))
+
+    def pause(self, schedule_id: str) -> Schedule:
+        """Stop firing: pending occurrences are skipped (counted as paused), and the
+        times that fall while paused are never caught up."""
+        return self._run(self.ops.pause(schedule_id))
+
+    def resume(self, schedule_id: str) -> Schedule:
+        """Fire again from the next nominal time after now."""
+        return self._run(self.ops.resume(schedule_id))
+
+    def delete(self, schedule_id: str) -> None:
+        """Nothing of the schedule fires after this returns (its pending occurrences are
+        superseded: checked when each is dispatched)."""
+        self._run(self.ops.delete(schedule_id))
+
+    def check(self, repair: bool = False) -> list[Schedule]:
+        """The active schedules whose chain broke (see ``check.py``); with ``repair``,
+        each goes on from the next time after now."""
+        return self._run(self.ops.check(repair))
+
+    def get(self, schedule_id: str) -> Schedule:
+        """The schedule (with its skipped count); ``ScheduleNotFound`` when there is
+        none or it was deleted."""
+        return self._run(self.ops.get(schedule_id))
+
+    def list(self) -> list[Schedule]:
+        """Every schedule not deleted."""
+        return self._run(self.ops.list())
+
+    def view(self, s: Schedule) -> dict[str, Any]:
+        """``recurring get``'s JSON: the schedule with its next nominal fire time and the
+        last nominal time that fired (looked up among the last few occurrences)."""
+        return self._run(self.ops.view(s))

@@ -8,6 +8,7 @@ restarts them.
 
 from __future__ import annotations
 
+from ..effects import Steps, call, run_sync
 from ..store import Store
 from .chain import GRACE_MS
 from .schedule import Schedule, State, occurrence_id
@@ -19,8 +20,15 @@ GROUP = 200
 def broken_chains(store: Store, now_ms: int, schedules: list[Schedule] | None = None) -> list[Schedule]:
     """The active schedules whose chain is broken. A schedule changed within the last
     minute is not judged yet (its first occurrence may still be on its way)."""
+    return run_sync(store, find_broken(now_ms, schedules))
+
+
+def find_broken(now_ms: int, schedules: list[Schedule] | None = None) -> Steps[list[Schedule]]:
+    """``broken_chains`` as effects, for either client."""
+    if schedules is None:
+        schedules = yield from call("list_schedules")
     candidates: list[tuple[Schedule, list[str]]] = []
-    for s in store.list_schedules() if schedules is None else schedules:
+    for s in schedules or ():
         if s.state is not State.ACTIVE or now_ms - s.updated_ms < GRACE_MS:
             continue
         nxt = s.first_after(now_ms)
@@ -34,6 +42,6 @@ def broken_chains(store: Store, now_ms: int, schedules: list[Schedule] | None = 
     broken: list[Schedule] = []
     for i in range(0, len(candidates), GROUP):
         group = candidates[i:i + GROUP]
-        found = store.get_many([j for _, ids in group for j in ids])
+        found = yield from call("get_many", [j for _, ids in group for j in ids])
         broken.extend(s for s, ids in group if not any(j in found for j in ids))
     return broken

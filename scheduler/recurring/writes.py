@@ -1,33 +1,35 @@
 """Placing and writing occurrences: the producer's rules (layouts, marks, late writes)
-through the ``Client`` that owns them, plus the one thing occurrences do differently:
-every writer places one identically, so most are written blind."""
+through the ``Producer`` that owns them, plus the one thing occurrences do differently:
+every writer places one identically, so most are written blind. Effect generators
+(``scheduler.effects``): a client drives them, e.g. ``client.run(write(client.producer, jobs))``."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ..effects import Steps, call
 from ..model import Job
 from .schedule import Schedule, occurrence_id
 
 if TYPE_CHECKING:
-    from ..client import Client
+    from ..producer import Producer
 
 # How much earlier than an occurrence's earliest possible change its blind writes are
 # dated (see ``write``): more than any clock skew the fleet tolerates.
 WRITE_TIME_SLACK_MS = 60_000
 
 
-def place(client: Client, schedule: Schedule, nominal_ms: int, now_ms: int | None = None) -> Job:
+def place(producer: Producer, schedule: Schedule, nominal_ms: int, now_ms: int | None = None) -> Steps[Job]:
     """The job of ``schedule``'s occurrence at ``nominal_ms``: its id, kind and payload
     from the schedule, due at the nominal time, fired at the nominal time plus the
     schedule's deterministic jitter (the late-write rule applies)."""
     oid = occurrence_id(schedule.schedule_id, schedule.version, nominal_ms)
-    return client._place(oid, schedule.kind, schedule.payload, schedule.payload_json, nominal_ms,
-                         schedule.jitter_s, now_ms)
+    return (yield from producer.place(oid, schedule.kind, schedule.payload, schedule.payload_json,
+                                      nominal_ms, schedule.jitter_s, now_ms))
 
 
-def write(client: Client, jobs: Sequence[Job]) -> list[Job]:
+def write(producer: Producer, jobs: Sequence[Job]) -> Steps[list[Job]]:
     """Write placed occurrences, leaving any that exists as it is. No retries: a store
     error propagates (the caller retries; every write here is idempotent).
 
@@ -40,15 +42,15 @@ def write(client: Client, jobs: Sequence[Job]) -> list[Job]:
     first, as ``schedule_many`` does, and an existing one is kept."""
     if not jobs:
         return []
-    margin = client.meta.late_margin_ms
-    now = client.clock.now_ms()
+    margin = producer.meta.late_margin_ms
+    now = producer.clock.now_ms()
     # Strictly later: one the late-write rule moved sits at (its placement's now) + margin.
     far = [j for j in jobs if j.fire_ms > now + margin]
     near = [j for j in jobs if j.fire_ms <= now + margin]
-    out = client._write_chunk(near, None, keep_existing=True) if near else []
+    out = (yield from producer.write_chunk(near, None, keep_existing=True)) if near else []
     if far:
-        client._ensure_marks(far)
+        yield from producer.ensure_marks(far)
         written = min(now, *(j.due_ms for j in far)) - margin - WRITE_TIME_SLACK_MS
-        client.store.insert_once(far, written)
-        out += client._repair_slow_writes(far, {j.job_id for j in far})
+        yield from call("insert_once", far, written)
+        out += yield from producer.repair_slow_writes(far, {j.job_id for j in far})
     return out

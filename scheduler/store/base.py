@@ -10,6 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import SchemaError
 from ..keys import DEFAULT_BUCKET_WIDTH_S, DEFAULT_SHARD_COUNT
@@ -106,12 +107,32 @@ class DeadLetter:
     died_ms: int
 
 
+def layouts_of(url: str, found: list[Layout]) -> Layouts:
+    if not found:
+        raise SchemaError(f"store {url} has no shard layout; run `scheduler schema apply`")
+    return Layouts(found)
+
+
+def with_fired(rows: dict[str, Job], fired: dict[str, int]) -> dict[str, Job]:
+    """Lookup rows with the firings recorded in their bucket rows applied."""
+    for job_id, fired_ms in fired.items():
+        job = rows[job_id]
+        rows[job_id] = job.evolve(status=Status.FIRED, fired_ms=fired_ms, attempts=job.attempts + 1)
+    return rows
+
+
 class Store(ABC):
     """What the library needs from a store. Implementations are thread-safe."""
 
     url: str
 
     # --- schema and keyspace settings -------------------------------------------------
+
+    async def acall(self, method: str, *args: Any) -> Any:
+        """``method(*args)`` for ``AsyncClient``. The embedded store runs it inline, on the
+        event loop: each call is one local SQLite transaction (no network to wait for);
+        Cassandra overrides this with the driver's futures."""
+        return getattr(self, method)(*args)
 
     @abstractmethod
     def apply_schema(self, options: SchemaOptions, now_ms: int) -> SchemaResult:
@@ -164,10 +185,7 @@ class Store(ABC):
         return cached
 
     def layouts(self) -> Layouts:
-        found = self._read_layouts()
-        if not found:
-            raise SchemaError(f"store {self.url} has no shard layout; run `scheduler schema apply`")
-        return Layouts(found)
+        return layouts_of(self.url, self._read_layouts())
 
     # --- jobs ------------------------------------------------------------------------------
 
@@ -191,11 +209,7 @@ class Store(ABC):
         """
         rows = self._job_rows(job_ids)
         pending = [j for j in rows.values() if j.status is Status.PENDING]
-        if pending:
-            for job_id, fired_ms in self._fired_at(pending).items():
-                job = rows[job_id]
-                rows[job_id] = job.evolve(status=Status.FIRED, fired_ms=fired_ms, attempts=job.attempts + 1)
-        return rows
+        return with_fired(rows, self._fired_at(pending) if pending else {})
 
     @abstractmethod
     def read_bucket(self, bucket: int, shard: int, after: tuple[int, str] | None,

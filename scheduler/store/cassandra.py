@@ -15,7 +15,7 @@ from typing import Any
 from .. import queries
 from ..errors import ConfigError, OwnershipLost, SchedulerError, SchemaError
 from ..keys import bucket_of_ms
-from ..layout import Layout
+from ..layout import Layout, Layouts
 from ..model import Job, Status
 from ..progress import Checkpoint
 from ..recurring.writes import WRITE_TIME_SLACK_MS
@@ -30,7 +30,10 @@ from .base import (
     SchemaResult,
     ShardCheckpoint,
     Store,
+    layouts_of,
+    with_fired,
 )
+from .casync import Batch, CassandraAsync, CqlSteps, Many, Run, dual
 from .cbind import FastBinder, bucket_writes
 from .cconf import READ_GROUP, CassandraUrl, dt_ms, prepare_failed, replication_map, translate
 from .cconnect import connect
@@ -53,7 +56,7 @@ NOT_IDEMPOTENT = frozenset({"add_skipped"})
 BATCH_BYTES = 4096
 
 
-class CassandraStore(CassandraFiring, CassandraSchedules, Store):
+class CassandraStore(CassandraAsync, CassandraFiring, CassandraSchedules, Store):
     def __init__(self, url: str, *, concurrency: int = 128, request_timeout_s: float = 10.0,
                  connect_timeout_s: float = 5.0, security: CassandraSecurity | None = None) -> None:
         """Connect. ``security``: credentials and TLS (default: the settings'). Raises
@@ -172,42 +175,62 @@ class CassandraStore(CassandraFiring, CassandraSchedules, Store):
         raw["schema_version"] = str(rows[0][0]) if rows else "0"
         return raw
 
-    def _read_layouts(self) -> list[Layout]:
-        rows = self.run("select_layouts")
+    @dual
+    def _read_layouts(self) -> CqlSteps[list[Layout]]:
+        rows = yield Run("select_layouts")
         froms = [int(f) for f, _, _ in rows]
-        marks = {int(f): int(m) for f, m in self.run("select_marks", (froms,))} if froms else {}
+        marks = {int(f): int(m) for f, m in (yield Run("select_marks", (froms,)))} if froms else {}
         return [Layout(int(f), int(n), dt_ms(c), marks.get(int(f), 0)) for f, n, c in rows]
 
-    def insert_layout(self, layout: Layout) -> bool:
-        rows = self.run("insert_layout", (layout.from_bucket, layout.shard_count, layout.created_ms),
-                        "adding a layout")
+    @dual
+    def layouts(self) -> CqlSteps[Layouts]:
+        return layouts_of(self.url, (yield from self._read_layouts.steps(self)))  # type: ignore[attr-defined]
+
+    @dual
+    def insert_layout(self, layout: Layout) -> CqlSteps[bool]:
+        rows = yield Run("insert_layout", (layout.from_bucket, layout.shard_count, layout.created_ms),
+                         "adding a layout")
         return bool(rows[0][0])
 
-    def insert_mark(self, from_bucket: int, mark_end: int) -> None:
-        self.run("insert_mark", (from_bucket, mark_end), "recording a layout mark")
+    @dual
+    def insert_mark(self, from_bucket: int, mark_end: int) -> CqlSteps[None]:
+        yield Run("insert_mark", (from_bucket, mark_end), "recording a layout mark")
 
     def server_now_ms(self) -> int:
         return int(self.run("server_now")[0][0])
 
     # --- jobs ------------------------------------------------------------------------
 
-    def _fired_at(self, jobs: Sequence[Job]) -> dict[str, int]:
+    @dual
+    def _fired_at(self, jobs: Sequence[Job]) -> CqlSteps[dict[str, int]]:
         stmt = self.prepared("select_fired_at")
-        results = self._concurrent([(stmt, bucket_key(j)) for j in jobs], "reading job status")
+        results = yield Many([(stmt, bucket_key(j)) for j in jobs], "reading job status")
         return {job.job_id: dt_ms(rows[0][0]) for job, rows in zip(jobs, results, strict=True)
                 if rows and rows[0][0] is not None}
 
-    def _job_rows(self, job_ids: Sequence[str]) -> dict[str, Job]:
+    @dual
+    def _job_rows(self, job_ids: Sequence[str]) -> CqlSteps[dict[str, Job]]:
         # Multi-partition IN reads in small groups: one request per READ_GROUP ids
         # instead of one per id (the client's CPU, not the server, limits bulk loads).
         stmt = self.prepared("select_jobs_in")
         groups = [(list(job_ids[i:i + READ_GROUP]),) for i in range(0, len(job_ids), READ_GROUP)]
         out = {}
-        for rows in self._concurrent([(stmt, g) for g in groups], "reading jobs"):
+        for rows in (yield Many([(stmt, g) for g in groups], "reading jobs")):
             for row in rows:
                 job = job_from_row(row, dt_ms)
                 out[job.job_id] = job
         return out
+
+    @dual
+    def get_many(self, job_ids: Sequence[str]) -> CqlSteps[dict[str, Job]]:
+        rows = yield from self._job_rows.steps(self, job_ids)  # type: ignore[attr-defined]
+        pending = [j for j in rows.values() if j.status is Status.PENDING]
+        fired = (yield from self._fired_at.steps(self, pending)) if pending else {}  # type: ignore[attr-defined]
+        return with_fired(rows, fired)
+
+    @dual
+    def get(self, job_id: str) -> CqlSteps[Job | None]:
+        return (yield from self.get_many.steps(self, [job_id])).get(job_id)  # type: ignore[attr-defined,no-any-return]
 
     def read_bucket(self, bucket: int, shard: int, after: tuple[int, str] | None,
                     until_ms: int, limit: int) -> list[Job]:
@@ -225,7 +248,8 @@ class CassandraStore(CassandraFiring, CassandraSchedules, Store):
         return [sum(1 for (fired,) in rows if fired is None)
                 for rows in self._concurrent(items, "counting due jobs")]
 
-    def insert_many(self, jobs: Sequence[Job], progress: ProgressFn | None = None) -> None:
+    @dual
+    def insert_many(self, jobs: Sequence[Job], progress: ProgressFn | None = None) -> CqlSteps[None]:
         """See ``Store.insert_many``. Two phases: every bucket row (grouped into
         single-partition unlogged batches, each one atomic mutation), then every lookup
         row. A failure in phase one writes no lookup row."""
@@ -233,11 +257,11 @@ class CassandraStore(CassandraFiring, CassandraSchedules, Store):
         ttls = [self.job_ttl(j) for j in jobs]
         rows = [(j, (*bucket_params(j), t)) for j, t in zip(jobs, ttls, strict=True)]
         writes = bucket_writes(p_bucket, rows, BATCH_BYTES, BATCH_ROWS)
-        self._concurrent(writes, f"writing bucket rows of {len(jobs)} jobs")
+        yield Many(writes, f"writing bucket rows of {len(jobs)} jobs")
         step = 1000
         for i in range(0, len(jobs), step):
             part = zip(jobs[i:i + step], ttls[i:i + step], strict=True)
-            self._concurrent([(p_job, (*job_params(j), t)) for j, t in part], f"writing {len(jobs)} jobs")
+            yield Many([(p_job, (*job_params(j), t)) for j, t in part], f"writing {len(jobs)} jobs")
             if progress:
                 progress(len(jobs[i:i + step]))
 
@@ -251,7 +275,8 @@ class CassandraStore(CassandraFiring, CassandraSchedules, Store):
         """The TTL of rows retired now (cancel, reschedule): a retention from now."""
         return int(self.retention.jobs_s)
 
-    def insert_once(self, jobs: Sequence[Job], written_ms: int) -> None:
+    @dual
+    def insert_once(self, jobs: Sequence[Job], written_ms: int) -> CqlSteps[None]:
         """See ``Store.insert_once``: every row written with the fixed write time
         ``written_ms``, so any later change (a firing, a retry, a cancel) wins
         over a rewrite, and a rewrite of an untouched row writes the same values. Never
@@ -262,10 +287,10 @@ class CassandraStore(CassandraFiring, CassandraSchedules, Store):
         writes = bucket_writes(self.prepared("insert_bucket_row_at"),
                                [(j, (*bucket_params(j), ts, t)) for j, t in zip(jobs, ttls, strict=True)],
                                BATCH_BYTES, BATCH_ROWS)
-        self._concurrent(writes, f"writing bucket rows of {len(jobs)} occurrences")
+        yield Many(writes, f"writing bucket rows of {len(jobs)} occurrences")
         p_job = self.prepared("insert_job_at")
-        self._concurrent([(p_job, (*job_params(j), ts, t)) for j, t in zip(jobs, ttls, strict=True)],
-                         f"writing {len(jobs)} occurrences")
+        yield Many([(p_job, (*job_params(j), ts, t)) for j, t in zip(jobs, ttls, strict=True)],
+                   f"writing {len(jobs)} occurrences")
 
     def _concurrent(self, items: list[tuple[Any, Any]], what: str) -> list[Any]:
         """Run statements with up to ``concurrency`` in flight; the first error raises."""
@@ -280,19 +305,24 @@ class CassandraStore(CassandraFiring, CassandraSchedules, Store):
             raise translate(exc, what) from exc
         return [list(rows or ()) for _ok, rows in results]
 
-    def _batch(self, what: str, items: list[tuple[str, tuple[Any, ...]]]) -> None:
+    def _batch_statement(self, items: list[tuple[str, tuple[Any, ...]]]) -> Any:
         from cassandra.query import BatchStatement, BatchType
 
         batch = BatchStatement(batch_type=BatchType.LOGGED)
         batch.is_idempotent = True  # callers batch upserts and deletes, never an LWT
         for name, params in items:
             batch.add(self.prepared(name), params)
+        return batch
+
+    def _batch(self, what: str, items: list[tuple[str, tuple[Any, ...]]]) -> None:
+        batch = self._batch_statement(items)
         try:
             self.session.execute(batch)
         except Exception as exc:
             raise translate(exc, what) from exc
 
-    def move(self, old: Job, new: Job) -> None:
+    @dual
+    def move(self, old: Job, new: Job) -> CqlSteps[None]:
         ttl = self.job_ttl(new)
         if bucket_key(old) == bucket_key(new):
             # Re-armed in place: fired_at goes back to null (one cell tombstone, rare).
@@ -300,11 +330,12 @@ class CassandraStore(CassandraFiring, CassandraSchedules, Store):
         else:
             rows = [("insert_bucket_row_full", (*done_bucket_params(old, host_ms()), self._event_ttl())),
                     ("insert_bucket_row", (*bucket_params(new), ttl))]
-        self._batch(f"rescheduling job {new.job_id!r}", [*rows, ("insert_job", (*job_params(new), ttl))])
+        yield Batch(f"rescheduling job {new.job_id!r}", [*rows, ("insert_job", (*job_params(new), ttl))])
 
-    def cancel(self, job: Job) -> None:
+    @dual
+    def cancel(self, job: Job) -> CqlSteps[None]:
         ttl = self._event_ttl()
-        self._batch(f"cancelling job {job.job_id!r}", [
+        yield Batch(f"cancelling job {job.job_id!r}", [
             ("insert_bucket_row_full", (*done_bucket_params(job, host_ms()), ttl)),
             ("insert_job", (*job_params(job.evolve(status=Status.CANCELLED)), ttl)),
         ])

@@ -14,6 +14,7 @@ from ..keys import job_hash
 from ..model import Job, Status
 from ..retention import ttl_s
 from .base import DEAD_LETTER_PARTS, DeadLetter
+from .casync import CqlSteps, Many, Run, dual
 from .cconf import dt_ms
 from .rows import bucket_key, bucket_params, job_params
 
@@ -74,14 +75,16 @@ class CassandraFiring:
                                     ttl_s(ret.dead_letter_ms(host), host))),
         ])
 
-    def dead_letters(self) -> list[DeadLetter]:
+    @dual
+    def dead_letters(self) -> CqlSteps[list[DeadLetter]]:
         stmt = self.prepared("select_dead_letters")
         out: list[DeadLetter] = []
         parts = [(stmt, (p,)) for p in range(DEAD_LETTER_PARTS)]
-        for rows in self._concurrent(parts, "reading dead letters"):
+        for rows in (yield Many(parts, "reading dead letters")):
             out.extend(DeadLetter(j, k, dt_ms(d), int(a), e, dt_ms(t)) for j, k, d, a, e, t in rows)
         return out
 
-    def delete_dead_letter(self, job_id: str) -> None:
-        self.run("delete_dead_letter", (job_hash(job_id) % DEAD_LETTER_PARTS, job_id),
+    @dual
+    def delete_dead_letter(self, job_id: str) -> CqlSteps[None]:
+        yield Run("delete_dead_letter", (job_hash(job_id) % DEAD_LETTER_PARTS, job_id),
                  f"removing dead letter {job_id!r}")

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..model import Job
 from ..recurring.schedule import Schedule
+from .casync import CqlSteps, Lwt, Many, Run, dual
 from .cconf import READ_GROUP
 from .rows import bucket_key, schedule_from_row, schedule_params
 
@@ -20,36 +21,41 @@ class CassandraSchedules:
     prepared: Any
     job_ttl: Any
 
-    def insert_schedule(self, schedule: Schedule) -> bool:
-        applied, _ = self._lwt("insert_schedule", schedule_params(schedule),
+    @dual
+    def insert_schedule(self, schedule: Schedule) -> CqlSteps[bool]:
+        applied, _ = yield Lwt("insert_schedule", schedule_params(schedule),
                                f"creating schedule {schedule.schedule_id!r}")
         return bool(applied)
 
-    def replace_schedule(self, schedule: Schedule, expected_version: int) -> bool:
+    @dual
+    def replace_schedule(self, schedule: Schedule, expected_version: int) -> CqlSteps[bool]:
         sid, *rest = schedule_params(schedule)
-        applied, _ = self._lwt("replace_schedule", (*rest, sid, expected_version),
+        applied, _ = yield Lwt("replace_schedule", (*rest, sid, expected_version),
                                f"changing schedule {schedule.schedule_id!r}")
         return bool(applied)
 
-    def get_schedules(self, schedule_ids: Sequence[str]) -> dict[str, Schedule]:
+    @dual
+    def get_schedules(self, schedule_ids: Sequence[str]) -> CqlSteps[dict[str, Schedule]]:
         ids = list(dict.fromkeys(schedule_ids))
         if len(ids) == 1:  # no fan-out machinery for one
-            rows = self.run("select_schedule", (ids[0],), f"reading schedule {ids[0]!r}")
+            rows = yield Run("select_schedule", (ids[0],), f"reading schedule {ids[0]!r}")
             return {ids[0]: schedule_from_row(rows[0])} if rows else {}
         # Multi-partition IN in small groups: the client's CPU per request, not the
         # server, is what a poller reading a schedule per occurrence runs out of.
         stmt = self.prepared("select_schedules_in")
         groups = [(ids[i:i + READ_GROUP],) for i in range(0, len(ids), READ_GROUP)]
-        found = (schedule_from_row(r) for rows in self._concurrent([(stmt, g) for g in groups],
-                                                                   "reading schedules") for r in rows)
+        found = (schedule_from_row(r) for rows in (yield Many([(stmt, g) for g in groups],
+                                                              "reading schedules")) for r in rows)
         return {s.schedule_id: s for s in found}
 
-    def list_schedules(self) -> list[Schedule]:
-        rows = self.run("select_schedules", (), "listing schedules")
+    @dual
+    def list_schedules(self) -> CqlSteps[list[Schedule]]:
+        rows = yield Run("select_schedules", (), "listing schedules")
         return sorted((schedule_from_row(r) for r in rows), key=lambda s: s.schedule_id)
 
-    def skipped(self, schedule_id: str) -> int:
-        rows = self.run("select_skipped", (schedule_id,), f"reading schedule {schedule_id!r}")
+    @dual
+    def skipped(self, schedule_id: str) -> CqlSteps[int]:
+        rows = yield Run("select_skipped", (schedule_id,), f"reading schedule {schedule_id!r}")
         return int(rows[0][0] or 0) if rows else 0
 
     def add_skipped(self, schedule_id: str, n: int) -> None:

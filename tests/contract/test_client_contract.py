@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from scheduler import Client, InvalidInput, Job, JobNotFound, JobSpec, Status
+from scheduler import InvalidInput, Job, JobNotFound, JobSpec, Status
 from scheduler.clock import FakeClock
 from scheduler.errors import ConfigError, ResizeRefused
 from scheduler.keys import bucket_of, from_ms, shard_of
@@ -33,10 +33,9 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def client(store: Store, clock: FakeClock):
-    c = Client(store, clock=clock)
-    yield c
-    c.close()
+def client(store: Store, clock: FakeClock, make_client):
+    """Each test runs with ``Client`` and with ``AsyncClient`` (see ``make_client``)."""
+    return make_client(store, clock=clock)
 
 
 def pending(store: Store, bucket: int, shard: int) -> list[Job]:
@@ -175,15 +174,15 @@ def test_duplicate_ids_in_one_batch_are_refused(client):
         client.schedule_many([JobSpec("dup", T0, "k"), JobSpec("dup", T0, "k")])
 
 
-def test_configured_payload_limit(store, clock):
-    c = Client(store, clock=clock, max_payload_bytes=10)
+def test_configured_payload_limit(store, clock, make_client):
+    c = make_client(store, clock=clock, max_payload_bytes=10)
     with pytest.raises(InvalidInput, match="limit is 10 bytes"):
         c.schedule("p", T0, "k", "x" * 20)
 
 
-def test_client_with_another_bucket_width_refuses(store, clock):
+def test_client_with_another_bucket_width_refuses(store, clock, make_client):
     with pytest.raises(ConfigError, match="60s"):
-        Client(store, clock=clock, bucket_width_s=30)
+        make_client(store, clock=clock, bucket_width_s=30)
 
 
 def test_resize_and_per_bucket_shard_count(client, store, clock):
@@ -211,9 +210,9 @@ def test_resize_and_per_bucket_shard_count(client, store, clock):
     assert client.schedule("g", T0 + timedelta(hours=3), "email").shard == shard_of("g", 64)
 
 
-def test_layout_cache_is_bounded_by_its_ttl(store, clock):
-    producer = Client(store, clock=clock, layout_cache_ttl_s=30)
-    admin = Client(store, clock=clock)
+def test_layout_cache_is_bounded_by_its_ttl(store, clock, make_client):
+    producer = make_client(store, clock=clock, layout_cache_ttl_s=30)
+    admin = make_client(store, clock=clock)
     producer.schedule("warm", T0 + timedelta(hours=2), "email")
     admin.resize(2, T0 + timedelta(minutes=5))
     clock.advance(29)
@@ -254,14 +253,17 @@ class LostAcknowledgement:
     def get_many(self, job_ids):
         return {k: v for k, v in self._store.get_many(job_ids).items() if k not in self.hidden}
 
+    async def acall(self, method, *args):  # AsyncClient: this proxy's methods, inline
+        return getattr(self, method)(*args)
 
-def test_a_retried_write_of_a_near_job_leaves_one_bucket_row(store, clock):
+
+def test_a_retried_write_of_a_near_job_leaves_one_bucket_row(store, clock, make_client):
     """A near-term job is placed at now + late margin. When its first write times out
     after its bucket row landed, a retry of the same call a moment later must not leave
     that row behind beside a new one: the job would fire twice."""
     from scheduler.errors import WriteTimeout
 
-    client = Client(store, clock=clock, retry_s=0)  # the caller retries, not the client
+    client = make_client(store, clock=clock, retry_s=0)  # the caller retries, not the client
     client.store = LostAcknowledgement(store)  # type: ignore[assignment]
     with pytest.raises(WriteTimeout):
         client.schedule("near", T0, "k")
@@ -276,8 +278,8 @@ def test_a_retried_write_of_a_near_job_leaves_one_bucket_row(store, clock):
     client.close()
 
 
-def test_the_client_rides_out_a_lost_acknowledgement_itself(store, clock):
-    client = Client(store, clock=clock, retry_s=5)
+def test_the_client_rides_out_a_lost_acknowledgement_itself(store, clock, make_client):
+    client = make_client(store, clock=clock, retry_s=5)
     flaky = LostAcknowledgement(store)
     client.store = flaky  # type: ignore[assignment]
     job = client.schedule("near", T0, "k")

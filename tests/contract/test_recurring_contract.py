@@ -42,9 +42,9 @@ class Calls:
         return [n for s, n, _ in self.fired if s == sid]
 
 
-def setup(rstore: Any, handler: Any = None) -> tuple[FakeClock, Client, Calls, Any]:
+def setup(rstore: Any, make_client: Any, handler: Any = None) -> tuple[FakeClock, Client, Calls, Any]:
     clock = FakeClock(T0_MS)
-    client = Client(rstore, clock=clock)
+    client = make_client(rstore, clock=clock)
     calls = Calls(clock)
     app = App.for_function(handler or calls)
     poller = make_poller(rstore, clock, None, app=app)
@@ -67,8 +67,8 @@ def drive_recording_every(poller: Any, clock: FakeClock, seconds: float, every_m
     return records
 
 
-def test_every_nominal_time_fires_once_on_time_without_drift(rstore):
-    clock, client, calls, poller = setup(rstore)
+def test_every_nominal_time_fires_once_on_time_without_drift(rstore, make_client):
+    clock, client, calls, poller = setup(rstore, make_client)
     client.recurring.create("r", kind="tick", every="5s", payload={"n": 1})
     drive(poller, clock, 61)
     times = calls.nominal("r")
@@ -81,8 +81,8 @@ def test_every_nominal_time_fires_once_on_time_without_drift(rstore):
     assert view["last_fired_at"] is not None and view["next_fire_at"] is not None
 
 
-def test_pause_skips_and_resume_goes_on_from_the_next_time(rstore):
-    clock, client, calls, poller = setup(rstore)
+def test_pause_skips_and_resume_goes_on_from_the_next_time(rstore, make_client):
+    clock, client, calls, poller = setup(rstore, make_client)
     client.recurring.create("p", kind="tick", every="5s")
     drive(poller, clock, 12)
     client.recurring.pause("p")
@@ -97,9 +97,9 @@ def test_pause_skips_and_resume_goes_on_from_the_next_time(rstore):
     assert client.recurring.get("p").skipped >= 1
 
 
-def test_update_supersedes_and_delete_stops_and_recreate_starts_fresh(rstore):
+def test_update_supersedes_and_delete_stops_and_recreate_starts_fresh(rstore, make_client):
     """bullmq#3063: a schedule re-created under the same id must run again."""
-    clock, client, calls, poller = setup(rstore)
+    clock, client, calls, poller = setup(rstore, make_client)
     client.recurring.create("u", kind="tick", every="5s")
     drive(poller, clock, 11)
     client.recurring.update("u", every="7s")
@@ -117,7 +117,7 @@ def test_update_supersedes_and_delete_stops_and_recreate_starts_fresh(rstore):
     assert any(at > deleted_at + 20_000 for s, _, at in calls.fired if s == "u")
 
 
-def test_the_dispatchers_decisions_are_used_only_while_fresh(rstore):
+def test_the_dispatchers_decisions_are_used_only_while_fresh(rstore, make_client):
     """``pregate`` reads the schedules of everything released at once; a worker uses
     that decision for DECISION_FRESH_S after its read began, once, and reads again
     after it. A change through the API waits that long, so none made before it is used
@@ -128,9 +128,9 @@ def test_the_dispatchers_decisions_are_used_only_while_fresh(rstore):
     from scheduler.recurring.chain import DECISION_FRESH_S
     from scheduler.recurring.schedule import State
 
-    _, client, _, poller = setup(rstore)
+    _, client, _, poller = setup(rstore, make_client)
     s = client.recurring.create("g", kind="tick", every="5s")
-    job = writes.place(client, s, s.rule.anchor_ms)
+    job = client.run(writes.place(client.producer, s, s.rule.anchor_ms))
     occ = poller.occurrences
     occ.pregate([job])
     # Behind the API's back (it would wait out the decision): paused in the store.
@@ -146,11 +146,11 @@ def test_the_dispatchers_decisions_are_used_only_while_fresh(rstore):
     assert occ.gate([job])[job.job_id].error == "skipped: paused", "the API waited it out"
 
 
-def test_a_crash_between_firing_and_the_next_write_keeps_the_chain(rstore):
+def test_a_crash_between_firing_and_the_next_write_keeps_the_chain(rstore, make_client):
     """db-scheduler#189/#565: a chain that never resumes after a crash mid-run. The
     first owner fires an occurrence, then dies before its successor write and before
     recording anything; the next owner re-reads that occurrence and the chain goes on."""
-    clock, client, calls, p1 = setup(rstore)
+    clock, client, calls, p1 = setup(rstore, make_client)
     client.recurring.create("c", kind="tick", every="5s")
     drive(p1, clock, 7)
 
@@ -175,10 +175,10 @@ def test_a_crash_between_firing_and_the_next_write_keeps_the_chain(rstore):
     assert max(Counter(times).values()) <= 2, "a duplicate at most, for the crashed one"
 
 
-def test_overlap_skip_never_runs_two_at_once(rstore):
+def test_overlap_skip_never_runs_two_at_once(rstore, make_client):
     """A run lasts until its outcome is recorded; here outcomes are recorded every 12 s
     while the schedule fires every 5 s: the occurrences in between are skipped."""
-    clock, client, calls, poller = setup(rstore)
+    clock, client, calls, poller = setup(rstore, make_client)
     client.recurring.create("o", kind="tick", every="5s", overlap="skip")
     drive_recording_every(poller, clock, 40, 12_000)
     poller.record_outcomes()
@@ -187,8 +187,8 @@ def test_overlap_skip_never_runs_two_at_once(rstore):
     assert client.recurring.get("o").skipped >= 2
 
 
-def test_misfire_fire_once_after_downtime(rstore):
-    clock, client, calls, poller = setup(rstore)
+def test_misfire_fire_once_after_downtime(rstore, make_client):
+    clock, client, calls, poller = setup(rstore, make_client)
     client.recurring.create("m", kind="tick", every="5s")
     drive(poller, clock, 6)
     fired_before = len(calls.nominal("m"))
@@ -202,9 +202,9 @@ def test_misfire_fire_once_after_downtime(rstore):
     assert client.recurring.get("m").skipped >= 1
 
 
-def test_bad_input_writes_nothing(rstore):
+def test_bad_input_writes_nothing(rstore, make_client):
     clock = FakeClock(T0_MS)
-    client = Client(rstore, clock=clock)
+    client = make_client(rstore, clock=clock)
     bad: list[dict[str, Any]] = [
         {"cron": "61 * * * *"}, {"every": "0s"}, {"cron": "* * * * *", "every": "5s"},
         {"every": "5s", "tz": "Nowhere/Land"}, {"every": "5s", "overlap": "sometimes"},
@@ -223,8 +223,8 @@ def test_bad_input_writes_nothing(rstore):
     assert from_ms(T0_MS) == T0
 
 
-def test_a_broken_chain_is_found_and_repaired(rstore):
-    clock, client, calls, poller = setup(rstore)
+def test_a_broken_chain_is_found_and_repaired(rstore, make_client):
+    clock, client, calls, poller = setup(rstore, make_client)
     client.recurring.create("b", kind="tick", every="5s")
     client.recurring.create("ok", kind="tick", every="5s")
     drive(poller, clock, 70)
@@ -251,9 +251,9 @@ def _ids(store: Any, sid: str) -> list[str]:
     return [occurrence_id(sid, s.version, t) for t in times]
 
 
-def test_resume_right_after_an_occurrence_was_read_while_paused(rstore):
+def test_resume_right_after_an_occurrence_was_read_while_paused(rstore, make_client):
     """The occurrence read while paused wrote no successor; resume writes it."""
-    clock, client, calls, poller = setup(rstore)
+    clock, client, calls, poller = setup(rstore, make_client)
     client.recurring.create("rp", kind="tick", every="5s")
     drive(poller, clock, 7.5)  # T0+5 s fired; T0+10 s is due in 2.5 s
     client.recurring.pause("rp")
@@ -266,10 +266,10 @@ def test_resume_right_after_an_occurrence_was_read_while_paused(rstore):
     assert max(Counter(times).values()) == 1, "resume does not move a pending occurrence (a duplicate)"
 
 
-def test_overlap_buffer_one_runs_the_waiting_one_after_the_running_one(rstore):
+def test_overlap_buffer_one_runs_the_waiting_one_after_the_running_one(rstore, make_client):
     """Runs last until their outcomes are recorded, every 12 s here, while the schedule
     fires every 5 s: one occurrence waits for the running one, the others are skipped."""
-    clock, client, calls, poller = setup(rstore)
+    clock, client, calls, poller = setup(rstore, make_client)
     client.recurring.create("bo", kind="tick", every="5s", overlap="buffer_one")
     records = drive_recording_every(poller, clock, 40, 12_000)
     fired = [(n, at) for s, n, at in calls.fired if s == "bo"]
@@ -282,13 +282,13 @@ def test_overlap_buffer_one_runs_the_waiting_one_after_the_running_one(rstore):
     assert client.recurring.get("bo").skipped >= 1
 
 
-def test_jitter_is_deterministic_and_never_early(rstore):
+def test_jitter_is_deterministic_and_never_early(rstore, make_client):
     clock = FakeClock(T0_MS)
-    client = Client(rstore, clock=clock)
+    client = make_client(rstore, clock=clock)
     s = client.recurring.create("j", kind="tick", cron="0 * * * *", jitter="10m")
     nominal = s.first_after(T0_MS + 3_600_000)
     assert nominal is not None
-    a, b = writes.place(client, s, nominal), writes.place(client, s, nominal)
+    a, b = (client.run(writes.place(client.producer, s, nominal)) for _ in range(2))
     assert a == b and nominal <= a.fire_ms < nominal + 600_000 and a.due_ms == nominal
     assert a.scheduled_for == from_ms(nominal) and a.schedule_id == "j"
 
@@ -298,8 +298,8 @@ def test_jitter_is_deterministic_and_never_early(rstore):
     ("fire_all", "1h", 60),  # every one, oldest first
     ("fire_all", "2m", 24),  # only those within the catch-up window
 ])
-def test_misfire_skip_and_fire_all(rstore, misfire, window, expect):
-    clock, client, calls, poller = setup(rstore)
+def test_misfire_skip_and_fire_all(rstore, make_client, misfire, window, expect):
+    clock, client, calls, poller = setup(rstore, make_client)
     client.recurring.create("m", kind="tick", every="5s", misfire=misfire, catchup_window=window)
     drive(poller, clock, 6)
     fired_before = len(calls.nominal("m"))
