@@ -150,6 +150,8 @@ class AsyncClient:
         return AsyncRecurring(self)
 
     async def close(self) -> None:
+        if self.producer.nudger is not None:
+            self.producer.nudger.close()
         if self._owns_store:
             self.store.close()
 

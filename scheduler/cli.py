@@ -267,7 +267,8 @@ def run(
                                "--store-failure-release and --handler-timeout >= 0")
         config = PollerConfig(poll_interval_s=poll_interval, concurrency=concurrency,
                               max_rate=max_rate, max_shard_rate=max_shard_rate,
-                              handler_timeout_s=handler_timeout or None)
+                              handler_timeout_s=handler_timeout or None,
+                              notify_address=Settings.from_env().notify_address)
         code = run_poller(load_app(handler, app_), store=store, config=config, name=name,
                           shards=parse_shard_spec(shards) if shards else None,
                           coordinator=coordinator, metrics_address=metrics_address,

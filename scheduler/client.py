@@ -45,7 +45,7 @@ def open_producer(store: Store | str | None, clock: Clock | None, settings: Sett
             max_payload_bytes=max_payload_bytes or settings.max_payload_bytes,
             layout_cache_ttl_s=(settings.layout_cache_ttl_s if layout_cache_ttl_s is None
                                 else layout_cache_ttl_s),
-            retry_s=retry_s, bucket_width_s=bucket_width_s)
+            retry_s=retry_s, bucket_width_s=bucket_width_s, nudge=settings.nudge)
     except BaseException:
         if owns:
             st.close()
@@ -150,6 +150,8 @@ class Client:
         return Recurring(self)
 
     def close(self) -> None:
+        if self.producer.nudger is not None:
+            self.producer.nudger.close()
         if self._owns_store:
             self.store.close()
 

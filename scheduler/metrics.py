@@ -81,6 +81,9 @@ class PollerMetrics:
         self.recurring_skipped = Counter("scheduler_recurring_skipped",
                                          "Occurrences skipped: overlap, misfire, paused, superseded",
                                          ["reason"], registry=r)
+        self.nudged = Counter("scheduler_nudged_jobs",
+                              "Due-now jobs taken ahead of the read cursor on a producer's nudge",
+                              registry=r)
         self.stepped_out = Gauge("scheduler_fleet_stepped_out",
                                  "1 while this poller has left the fleet because the store fails",
                                  registry=r)

@@ -30,6 +30,7 @@ from .jobspec import JobSpec, spec_from_dict
 from .keys import bucket_of_ms, jitter_ms, shard_of
 from .layout import Layout, Layouts, check_resize, mark_end_for
 from .model import Job, Status, check_due, check_job_id, check_kind, encode_payload
+from .nudger import Nudger
 from .retention import check_expiry, format_duration
 from .store import StoreMeta
 from .store.base import DeadLetter
@@ -55,7 +56,8 @@ class Producer:
     between tasks of one event loop: the lock is never held across a ``yield``."""
 
     def __init__(self, meta: StoreMeta, clock: Clock, *, max_payload_bytes: int,
-                 layout_cache_ttl_s: float, retry_s: float, bucket_width_s: int | None = None) -> None:
+                 layout_cache_ttl_s: float, retry_s: float, bucket_width_s: int | None = None,
+                 nudge: bool = True) -> None:
         if bucket_width_s is not None and bucket_width_s != meta.bucket_width_s:
             raise ConfigError(
                 f"this client is configured for {bucket_width_s}s buckets but the store uses "
@@ -75,6 +77,8 @@ class Producer:
         # again instead of placing a near-term job anew, which would leave the first
         # attempt's bucket row behind to fire a second time. Oldest dropped first.
         self._unsure: dict[str, Job] = {}
+        # The due-now fast path: tell shard owners about jobs placed by the late-write rule.
+        self.nudger = Nudger(clock, meta.late_margin_ms) if nudge else None
 
     # --- layouts --------------------------------------------------------------------
 
@@ -183,6 +187,8 @@ class Producer:
             idx = order[start:start + size]
             chunk = [jobs[i] for i in idx]
             written = yield from self.retrying(partial(self.write_chunk, chunk, progress))
+            if self.nudger is not None:
+                yield from self.nudger.nudge(written)
             for i, job in zip(idx, written, strict=True):
                 out[i] = job
             start += size
@@ -290,6 +296,8 @@ class Producer:
         new = new.evolve(attempts=old.attempts, fired_ms=old.fired_ms, last_error=old.last_error)
         yield from self.ensure_marks([new])
         yield from self.retrying(lambda: call("move", old, new))
+        if self.nudger is not None:
+            yield from self.nudger.nudge([new])
         return new
 
     def cancel(self, job_id: str) -> Steps[bool]:

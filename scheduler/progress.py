@@ -50,6 +50,9 @@ class ShardProgress:
         # Rows handed out, in read order; indexed by key, unique within a shard.
         self._rows: deque[list[Any]] = deque()
         self._index: dict[Key, list[Any]] = {}
+        # Rows handed out *ahead* of the cursor (due-now jobs a producer pointed us to,
+        # ``take_early``), by key, until the cursor reads them.
+        self._early: dict[Key, list[Any]] = {}
 
     @property
     def in_flight(self) -> int:
@@ -76,8 +79,14 @@ class ShardProgress:
         """
         if bucket != self.read_bucket:
             raise ValueError(f"read of bucket {bucket} while reading {self.read_bucket}")
-        rows, index = self._rows, self._index
+        rows, index, early = self._rows, self._index, self._early
         for key in keys:
+            taken = early.pop(key, None) if early else None
+            if taken is not None:
+                rows.append(taken)
+                if not taken[_DONE]:
+                    index[key] = taken
+                continue
             row = [bucket, key, False]
             rows.append(row)
             index[key] = row
@@ -94,9 +103,27 @@ class ShardProgress:
 
     def complete(self, bucket: int, key: Key) -> None:
         """Mark a handed-out row complete (idempotent; unknown rows are ignored)."""
-        row = self._index.pop(key, None)
+        row = self._index.pop(key, None) or self._early.get(key)
         if row is not None:
             row[_DONE] = True
+
+    def take_early(self, bucket: int, key: Key) -> bool:
+        """Hand out a row ahead of the cursor; False when the cursor has read it already
+        (it is handed out, or complete) or it was taken before. The cursor still reads
+        it later: ``on_read`` then tracks it like any row read (the checkpoint cannot pass
+        it while it is incomplete) and reports it in ``early_keys`` so it is not queued
+        twice."""
+        if key in self._early or bucket < self.read_bucket:
+            return False
+        if bucket == self.read_bucket and self.read_cursor is not None and key <= self.read_cursor:
+            return False
+        self._early[key] = [bucket, key, False]
+        return True
+
+    def early_keys(self, keys: list[Key]) -> set[Key]:
+        """Which of ``keys`` (a read's) were handed out early."""
+        early = self._early
+        return {k for k in keys if k in early} if early else set()
 
     def checkpoint(self) -> Checkpoint:
         """Advance past completed rows and closed buckets; return the new checkpoint.

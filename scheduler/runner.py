@@ -70,6 +70,8 @@ def run_poller(app: App | Handler, *, settings: Settings | None = None,
                  if coordinator is None or isinstance(coordinator, str) else coordinator)
     metrics = PollerMetrics()
     bound = serve(metrics, metrics_address or settings.metrics_address)
+    if config is None:
+        config = PollerConfig(notify_address=settings.notify_address)
     poller = Poller(st, the_app, name=name, metrics=metrics, config=config)
     stop = stop or threading.Event()
     if install_signals and threading.current_thread() is threading.main_thread():

@@ -115,6 +115,10 @@ def zookeeper_credentials(env: Mapping[str, str] | None = None) -> str | None:
     return cred
 
 
+def _off(value: str) -> str | None:
+    return None if value.strip().lower() in ("off", "no", "false", "0") else value
+
+
 @dataclass(frozen=True)
 class Settings:
     store_url: str | None = None
@@ -125,6 +129,10 @@ class Settings:
     # ``PollerConfig.concurrency``, a flag of ``scheduler run``.)
     load_concurrency: int = 128
     metrics_address: str = "127.0.0.1:9460"
+    # Pollers: where to listen for producers' nudges (UDP; ``off``: none). Producers:
+    # whether to send them (``SCHEDULER_NUDGE=off``: no). See scheduler/poller/nudge.py.
+    notify_address: str | None = "127.0.0.1:0"
+    nudge: bool = True
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -137,6 +145,8 @@ class Settings:
             load_concurrency=_int(env, "SCHEDULER_LOAD_CONCURRENCY",
                                   _int(env, "SCHEDULER_CONCURRENCY", 128)),
             metrics_address=env.get("SCHEDULER_METRICS_ADDRESS") or "127.0.0.1:9460",
+            notify_address=_off(env.get("SCHEDULER_NOTIFY_ADDRESS") or "127.0.0.1:0"),
+            nudge=_off(env.get("SCHEDULER_NUDGE") or "on") is not None,
         )
 
     def require_store(self, override: str | None = None) -> str:

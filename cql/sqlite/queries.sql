@@ -135,3 +135,12 @@ DELETE FROM jobs WHERE expires_at <= ?;
 
 -- name: sweep_dead_letters
 DELETE FROM dead_letters WHERE expires_at <= ?;
+
+-- name: upsert_notify_endpoint
+INSERT OR REPLACE INTO notify_endpoints (owner, address, expires_ms) VALUES (?, ?, ?);
+
+-- name: delete_notify_endpoint
+DELETE FROM notify_endpoints WHERE owner = ?;
+
+-- name: select_notify_endpoints
+SELECT owner, address FROM notify_endpoints WHERE expires_ms > ?;

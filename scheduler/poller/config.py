@@ -38,6 +38,10 @@ class PollerConfig:
     # have not returned yet, at most: beyond, the poller stops with a failure so that
     # its supervisor starts a fresh process (see ``Poller.failure``).
     max_abandoned_threads: int = 64
+    # Where to listen for producers' nudges about due-now jobs (UDP, HOST:PORT; port 0:
+    # any free one; None: no fast path, such jobs fire at now + late margin). The bound
+    # address is advertised in the store. See nudge.py.
+    notify_address: str | None = "127.0.0.1:0"
 
 
 def max_prefetch_ms(meta: StoreMeta) -> int:
@@ -58,4 +62,5 @@ class PollerStats:
     rows_read: int = 0
     timed_out: int = 0
     abandoned_threads: int = 0
+    nudged: int = 0  # due-now jobs taken ahead of the cursor (nudge.py)
     lost_shards: list[int] = field(default_factory=list)  # every loss, in order

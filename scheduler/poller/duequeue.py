@@ -1,8 +1,9 @@
 """The due queue: prefetched jobs wait here until due, then leave oldest first, to be
 dispatched to handlers, within the release-rate bounds. Pure: no threads, no I/O, clocks passed in.
 
-A job leaves only when ``now_ms >= job.fire_ms`` by the poller's wall clock, so it never
-fires early by that clock. A shard over its own rate parks its due jobs in a per-shard
+A job leaves only when ``now_ms >= job.fire_ms`` (or the earlier time it was pushed
+with, never before its due time) by the poller's wall clock, so it never fires early by
+that clock. A shard over its own rate parks its due jobs in a per-shard
 queue, so one busy shard cannot hold back the others.
 """
 
@@ -33,8 +34,10 @@ class DueQueue:
     def __len__(self) -> int:
         return len(self._heap) + sum(len(q) for q in self._parked.values())
 
-    def push(self, job: Job) -> None:
-        heapq.heappush(self._heap, (job.fire_ms, job.job_id, job))
+    def push(self, job: Job, at_ms: int | None = None) -> None:
+        """Queue ``job`` to leave at its fire time, or at ``at_ms`` (a due-now job taken
+        ahead of the read cursor leaves at its due time: never before it is due)."""
+        heapq.heappush(self._heap, (job.fire_ms if at_ms is None else at_ms, job.job_id, job))
 
     def _shard_bucket(self, shard: int) -> TokenBucket:
         tb = self._shard_buckets.get(shard)

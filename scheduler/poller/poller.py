@@ -39,11 +39,13 @@ from ..errors import SchedulerError
 from ..faults import FaultLog
 from ..metrics import PollerMetrics
 from ..model import Job
+from ..nudgewire import Entry
 from ..progress import ShardProgress
 from ..store import Store
 from .aio import AsyncWorkers
 from .config import PollerConfig, PollerStats
 from .dispatcher import Dispatcher
+from .nudge import Nudges
 from .occurrences import Occurrences
 from .reader import Reader
 from .recorder import Recorder
@@ -78,6 +80,7 @@ class Poller:
         if isinstance(self.workers, AsyncWorkers):
             self.workers.take = self.dispatcher.due_jobs
         self.recorder = Recorder(core)
+        self.nudges = Nudges(core, self.reader.prefetch_ms)
         self.failed = threading.Event()
         self._wake = threading.Event()  # set to poll before the interval is up
         self._threads: list[threading.Thread] = []
@@ -244,6 +247,10 @@ class Poller:
         """Run the handler of one job in this thread and queue its outcome for recording."""
         return self.workers.fire_inline([job])[0]
 
+    def nudge(self, entries: Iterable[Entry]) -> int:
+        """See ``Nudges.apply`` (the listener thread calls it for each datagram)."""
+        return self.nudges.apply(entries)
+
     def record_outcomes(self, block_s: float = 0.0) -> int:
         """See ``Recorder.record_outcomes``."""
         return self.recorder.record_outcomes(block_s)
@@ -259,6 +266,15 @@ class Poller:
         self._threads += [core.start_thread("dispatch", self.dispatcher.run),
                           core.start_thread("recorder", self.recorder.run),
                           core.start_thread("reader", lambda: self.reader.run(self._nap))]
+        if self.config.notify_address:
+            try:
+                self.nudges.bind(self.config.notify_address)
+            except OSError as exc:
+                log.warning("cannot listen for nudges on %s (%s): due-now jobs fire at now + late "
+                            "margin; set another address", self.config.notify_address, exc,
+                            extra={"action": "nudge_unavailable", "poller": self.name})
+            else:
+                self._threads.append(core.start_thread("nudge", self.nudges.run))
 
     def _nap(self, seconds: float) -> None:
         self._wake.wait(seconds)
@@ -303,6 +319,7 @@ class Poller:
         for t in [*self._threads, *self.workers.threads]:
             if t is not threading.current_thread():
                 t.join(timeout=max(0.0, join_until - time.monotonic()))
+        self.nudges.close()
         for shard in sorted(self.shards):
             with core.cond:
                 st = core.shards.get(shard)

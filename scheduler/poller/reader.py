@@ -107,6 +107,9 @@ class Reader:
             with core.cond:
                 if core.shards.get(shard) is not st or not st.reading:
                     return queued
+                early = st.progress.early_keys(keys)  # queued already (Poller.nudge)
+                if early:
+                    due = [r for r in due if (r.fire_ms, r.job_id) not in early]
                 again = st.progress.on_read(bucket, keys, full=len(rows) >= config.read_limit,
                                             issued_at_ms=now)
                 if len(due) < len(rows):

@@ -20,7 +20,7 @@ from ..progress import Checkpoint, Key
 from ..recurring.schedule import Schedule
 from ..retention import DEFAULT_DEAD_RETENTION_S, DEFAULT_RETENTION_S, Retention
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # A producer pushes a job's fire time to at least now + late margin, so it lands
 # ahead of any poller's read cursor: a poller reads at most late_margin - 2 * max_skew
@@ -278,6 +278,15 @@ class Store(ABC):
     @abstractmethod
     def checkpoints(self) -> list[ShardCheckpoint]:
         """Every shard's checkpoint row."""
+
+    @abstractmethod
+    def set_notify_endpoint(self, owner: str, address: str | None, now_ms: int) -> None:
+        """Record where poller ``owner`` listens for nudges (kept 120 s unless written
+        again), or remove it (``address`` None)."""
+
+    @abstractmethod
+    def notify_endpoints(self, now_ms: int) -> dict[str, str]:
+        """Every live poller's nudge address, by poller name."""
 
     @abstractmethod
     def record_fired(self, jobs: Sequence[Job], fired_ms: int) -> None:

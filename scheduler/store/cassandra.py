@@ -394,10 +394,22 @@ class CassandraStore(CassandraAsync, CassandraFiring, CassandraSchedules, Store)
         applied, current = self._lwt("release_checkpoint", (now_ms, shard, epoch), f"releasing shard {shard}")
         return applied or current.get("owner_epoch") == epoch
 
-    def checkpoints(self) -> list[ShardCheckpoint]:
+    @dual
+    def set_notify_endpoint(self, owner: str, address: str | None, now_ms: int) -> CqlSteps[None]:
+        if address is None:
+            yield Run("delete_notify_endpoint", (owner,), "removing a nudge address")
+        else:
+            yield Run("upsert_notify_endpoint", (owner, address), "recording a nudge address")
+
+    @dual
+    def notify_endpoints(self, now_ms: int) -> CqlSteps[dict[str, str]]:
+        return {o: a for o, a in (yield Run("select_notify_endpoints", (), "reading nudge addresses"))}
+
+    @dual
+    def checkpoints(self) -> CqlSteps[list[ShardCheckpoint]]:
         return [ShardCheckpoint(int(sh), int(b), None if f is None else (dt_ms(f), j), o, int(e),
                                 None if u is None else dt_ms(u))
-                for sh, b, f, j, o, e, u in self.run("select_checkpoints")]
+                for sh, b, f, j, o, e, u in (yield Run("select_checkpoints"))]
 
     def release_version(self) -> str:
         return str(self.run("release_version")[0][0])

@@ -49,6 +49,8 @@ from .rows import (
 
 # Expired rows are deleted at most this often, by whichever call comes first.
 SWEEP_EVERY_S = 1.0
+# How long a nudge address is kept unless written again (the Cassandra table's TTL).
+NOTIFY_TTL_MS = 120_000
 
 
 def _host_ms() -> int:
@@ -294,6 +296,16 @@ class SqliteStore(Store):
     def checkpoints(self) -> list[ShardCheckpoint]:
         return [ShardCheckpoint(int(sh), int(b), None if f is None else (int(f), j), o, int(e), u)
                 for sh, b, f, j, o, e, u in self._all(_q("select_checkpoints"))]
+
+    def set_notify_endpoint(self, owner: str, address: str | None, now_ms: int) -> None:
+        with self._tx() as db:
+            if address is None:
+                db.execute(_q("delete_notify_endpoint"), (owner,))
+            else:
+                db.execute(_q("upsert_notify_endpoint"), (owner, address, now_ms + NOTIFY_TTL_MS))
+
+    def notify_endpoints(self, now_ms: int) -> dict[str, str]:
+        return {o: a for o, a in self._all(_q("select_notify_endpoints"), (now_ms,))}
 
     def record_fired(self, jobs: Sequence[Job], fired_ms: int) -> None:
         with self._tx() as db:

@@ -65,3 +65,13 @@ def test_discard_shard():
     q.push(job("b", 2, 1))
     assert [j.job_id for j in q.discard_shard(0)] == ["a"]
     assert [j.job_id for j in q.drain()] == ["b"]
+
+
+def test_a_job_pushed_with_an_earlier_time_leaves_then():
+    """A due-now job taken ahead of the cursor leaves at its due time, not its fire time."""
+    q = DueQueue()
+    j = Job(job_id="now", kind="k", data=b"", data_json=False, due_ms=1_000, fire_ms=4_000,
+            bucket=0, shard=0)
+    q.push(j, at_ms=j.due_ms)
+    assert q.pop_ready(999, 10) == []
+    assert q.pop_ready(1_000, 10) == [j]

@@ -81,3 +81,15 @@ def test_the_readme_python_examples_compile():
     assert len(blocks) >= 2
     for block in blocks:
         compile(block, "README.md", "exec")
+
+
+def test_nudge_datagrams_round_trip_and_stay_small():
+    from scheduler.nudgewire import DATAGRAM_BYTES, decode, encode
+
+    entries = [(i % 16, 1_800_000_000, 1_800_000_000_000 + i, f"job-{i}") for i in range(500)]
+    datagrams = encode(entries)
+    assert len(datagrams) > 1 and all(len(d) <= DATAGRAM_BYTES for d in datagrams)
+    assert [e for d in datagrams for e in decode(d)] == entries
+    for bad in (b"x", b"{}", b'{"v":1,"j":[[1,2,"3","a"]]}', b'{"v":2,"j":[]}'):
+        with pytest.raises(ValueError):
+            decode(bad)

@@ -56,6 +56,12 @@ class FakeStore:
     def checkpoints(self) -> list[ShardCheckpoint]:
         return []
 
+    def set_notify_endpoint(self, owner: str, address: str | None, now_ms: int) -> None:
+        pass  # (not in ``calls``: the roles' order is what these tests check)
+
+    def notify_endpoints(self, now_ms: int) -> dict[str, str]:
+        return {}
+
     def claim_shard(self, shard: int, owner: str, epoch: int, initial: int, now_ms: int) -> Checkpoint:
         self._call("claim_shard")
         return Checkpoint(SystemClock().now_ms() // 1000 // 60 * 60 - 120)

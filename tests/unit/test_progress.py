@@ -82,3 +82,32 @@ def test_read_of_the_wrong_bucket_is_a_bug():
     p = ShardProgress(0, W, Checkpoint(B0 - W))
     with pytest.raises(ValueError):
         p.on_read(B0 + W, [], full=False, issued_at_ms=0)
+
+
+def test_a_row_taken_early_is_tracked_once_the_cursor_reads_it():
+    """The due-now fast path hands a row out ahead of the cursor: the checkpoint cannot
+    pass it until it is complete, and the cursor's read reports it as taken already."""
+    p = ShardProgress(0, W, Checkpoint(B0 - W))
+    a, early, c = (ms(B0, 1), "a"), (ms(B0, 3), "now"), (ms(B0, 4), "c")
+    p.on_read(B0, [a], full=False, issued_at_ms=ms(B0, 1))
+    assert not p.take_early(B0, a), "the cursor has read it: it is handed out already"
+    assert not p.take_early(B0 - W, (ms(B0 - W, 5), "x")), "a closed bucket"
+    assert p.take_early(B0, early) and not p.take_early(B0, early)
+    p.complete(B0, a)
+    assert p.checkpoint() == Checkpoint(B0 - W, a)
+    assert p.early_keys([early, c]) == {early}
+    p.on_read(B0, [early, c], full=False, issued_at_ms=ms(B0, 3))
+    assert p.early_keys([early]) == set()
+    p.complete(B0, c)
+    assert p.checkpoint() == Checkpoint(B0 - W, a), "the early row is still in flight"
+    p.complete(B0, early)
+    assert p.checkpoint() == Checkpoint(B0 - W, c)
+
+
+def test_a_row_taken_early_and_done_before_the_cursor_comes_is_complete():
+    p = ShardProgress(0, W, Checkpoint(B0 - W))
+    early = (ms(B0, 3), "now")
+    assert p.take_early(B0, early)
+    p.complete(B0, early)
+    p.on_read(B0, [early], full=False, issued_at_ms=ms(B0, 3))
+    assert p.in_flight == 0 and p.checkpoint() == Checkpoint(B0 - W, early)

@@ -1,0 +1,101 @@
+"""The due-now fast path on both stores: a job placed at now + late margin because it is
+due now fires at its due time once its shard's owner is nudged, exactly once, and the
+checkpoint never passes it while it runs. Driven step by step with an injected clock;
+``test_due_now_live`` sends real datagrams to running pollers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheduler import Client, Status
+from scheduler.clock import FakeClock
+from scheduler.model import Job
+from scheduler.poller import Poller
+from tests.contract.test_poller_contract import T0, T0_MS, Recorder, clock, make_poller, pstore
+
+__all__ = ["clock", "pstore"]  # the fixtures, shared
+
+
+def entry(job: Job) -> tuple[int, int, int, str]:
+    return (job.shard, job.bucket, job.fire_ms, job.job_id)
+
+
+def step(poller: Poller, clock: FakeClock, seconds: float) -> None:
+    end = clock.now_ms() + int(seconds * 1000)
+    while clock.now_ms() < end:
+        poller.poll_once()
+        for job in poller.release_ready():
+            assert job.due_ms <= clock.now_ms(), "released before its due time"
+            poller.fire(job)
+        poller.record_outcomes()
+        clock.advance(0.1)
+
+
+def test_a_nudged_job_fires_at_its_due_time_once(pstore: Any, clock: FakeClock):
+    client = Client(pstore, clock=clock)
+    calls = Recorder(clock)
+    poller = make_poller(pstore, clock, calls)
+    job = client.schedule("now", T0, "k")
+    assert job.fire_ms == T0_MS + client.meta.late_margin_ms, "placed by the late-write rule"
+    poller.poll_once()
+    assert poller.release_ready() == [], "beyond the read horizon: the usual path waits"
+    assert poller.nudge([entry(job)]) == 1
+    assert poller.nudge([entry(job)]) == 0, "taken once"
+    ready = poller.release_ready()
+    assert [j.job_id for j in ready] == ["now"]
+    poller.fire(ready[0])
+    poller.record_outcomes()
+    step(poller, clock, 5)  # the cursor passes the row: not fired again
+    assert [c[0] for c in calls.calls] == ["now"] and calls.calls[0][1] == T0_MS
+    assert pstore.get("now").status is Status.FIRED
+    poller.reader.maybe_checkpoint(force=True)
+    cp = {c.shard: c for c in pstore.checkpoints()}[job.shard]
+    assert cp.done_cursor is not None and cp.done_cursor >= (job.fire_ms, job.job_id)
+
+
+def test_the_checkpoint_waits_for_a_nudged_job_in_flight(pstore: Any, clock: FakeClock):
+    client = Client(pstore, clock=clock)
+    calls = Recorder(clock)
+    poller = make_poller(pstore, clock, calls)
+    job = client.schedule("slow", T0, "k")
+    assert poller.nudge([entry(job)]) == 1
+    held = poller.release_ready()  # dispatched, its outcome not recorded (a slow handler)
+    assert [j.job_id for j in held] == ["slow"]
+    step(poller, clock, 6)
+    poller.reader.maybe_checkpoint(force=True)
+    cp = {c.shard: c for c in pstore.checkpoints()}[job.shard]
+    assert cp.done_cursor is None or cp.done_cursor < (job.fire_ms, job.job_id)
+    assert calls.calls == [], "the cursor's read did not queue it a second time"
+    poller.fire(held[0])
+    poller.record_outcomes()
+    step(poller, clock, 1)
+    poller.reader.maybe_checkpoint(force=True)
+    cp = {c.shard: c for c in pstore.checkpoints()}[job.shard]
+    assert cp.done_cursor is not None and cp.done_cursor >= (job.fire_ms, job.job_id)
+    assert [c[0] for c in calls.calls] == ["slow"]
+
+
+def test_a_nudge_fires_nothing_early_nothing_unowned_and_nothing_unknown(pstore: Any, clock: FakeClock):
+    client = Client(pstore, clock=clock)
+    calls = Recorder(clock)
+    later = client.schedule("later", from_s(T0_MS + 2_900), "k")  # due in 2.9 s: beyond the horizon
+    owned = [s for s in range(4) if s != later.shard]
+    poller = make_poller(pstore, clock, calls, shards=owned)
+    assert poller.nudge([entry(later)]) == 0, "not our shard"
+    poller2 = make_poller(pstore, clock, calls, shards=[later.shard], epoch=2)
+    assert poller2.nudge([entry(later)]) == 0, "not due within the read horizon"
+    ghost = (later.shard, later.bucket, later.fire_ms, "no-such-job")
+    assert poller2.nudge([ghost]) == 0
+    clock.advance(1.0)
+    assert poller2.nudge([entry(later)]) == 1, "due within the horizon now; it leaves when due"
+    clock.advance(1.0)
+    assert poller2.release_ready() == []
+    clock.advance(0.9)
+    assert [j.job_id for j in poller2.release_ready()] == ["later"], "at its due time, before its fire time"
+
+
+def from_s(ms: int):
+    from scheduler.keys import from_ms
+
+    return from_ms(ms)
+
