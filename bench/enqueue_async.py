@@ -18,6 +18,7 @@ import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 from bench.common import drop, fresh_store, machine, report, timed
@@ -68,7 +69,7 @@ def enqueue_async(host: str, jobs: int, tasks: int, threads: int, rounds: int) -
     try:
         for r in range(rounds):
             many = _specs(f"many-{r}", jobs)
-            best["many"] = min(best["many"], timed(lambda m=many: client.schedule_many(m)))
+            best["many"] = min(best["many"], timed(partial(client.schedule_many, many)))
             specs = _specs(f"async-{r}", jobs)
             best["async"] = min(best["async"], loop.run_until_complete(_async_round(aclient, specs, tasks)))
             threaded = _specs(f"thr-{r}", jobs)

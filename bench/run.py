@@ -21,7 +21,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench import due_now as due_now_bench
 from bench import enqueue as enqueue_bench
+from bench import enqueue_async as enqueue_async_bench
 from bench import fleet as fleet_bench
 from bench import peer as peer_bench
 from bench import poller as poller_bench
@@ -47,9 +49,12 @@ class Sizes:
     peer_window_s: float
     recurring_schedules: int
     storage: tuple[int, int, int]  # jobs/s, retention s, minutes
+    enqueue_async_jobs: int = 100_000
+    due_now_s: int = 60
 
 
-QUICK = Sizes(10_000, 2, 1_000_000, 50_000, 3, 10, 15, 8_000, 24, 100_000, 20.0, 10_000, (500, 30, 3))
+QUICK = Sizes(10_000, 2, 1_000_000, 50_000, 3, 10, 15, 8_000, 24, 100_000, 20.0, 10_000, (500, 30, 3),
+              20_000, 15)
 FULL = Sizes(20_000, 3, 10_000_000, 100_000, 5, 30, 30, 24_000, 45, 1_000_000, 120.0, 100_000,
              (1000, 120, 10))
 
@@ -152,7 +157,21 @@ def run_all(args: argparse.Namespace, sizes: Sizes) -> tuple[dict[str, Any], dic
                      "live rows at the first steady minute", r["goal"], r["met"], r,
                      ratio=r["ratios"]["rows"])
 
+    def enqueue_async() -> dict[str, Any]:
+        r = enqueue_async_bench.enqueue_async(args.host, sizes.enqueue_async_jobs, 1_000, 32, 2)
+        return entry(r["async_jobs_per_s"], "jobs/s (AsyncClient.schedule from 1,000 tasks)",
+                     r["schedule_many_jobs_per_s"], "Client.schedule_many of the same jobs",
+                     "ratio >= 0.8", r["met"], r, ratio=r["ratio"])
+
+    def due_now() -> dict[str, Any]:
+        r = due_now_bench.lateness_due_now(args.host, 1000, sizes.due_now_s)
+        return entry(r["fast_path"]["p99_ms"], "ms (p99, jobs due now, 1,000/s)",
+                     r["without_nudges"]["p99_ms"], "the same run without nudges (now + late margin)",
+                     "p99 < 500 ms", r["met"], r, ratio=r["ratio_p99"])
+
     step("enqueue", enqueue)
+    step("enqueue_async", enqueue_async)
+    step("lateness_due_now", due_now)
     step("fire_throughput", fire)
     step("lateness", lateness)
     step("async_handlers", async_handlers)
