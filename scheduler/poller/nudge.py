@@ -164,6 +164,8 @@ class Nudges:
         """Stop listening and remove our address (best effort)."""
         if self.sock is not None:
             self.sock.close()
-        if self.address is not None:
+        # Not while the store fails (a stop must not wait for its timeouts): the row's
+        # TTL removes it, and producers meanwhile only lose the fast path.
+        if self.address is not None and not self.core.store_fault.failing:
             with contextlib.suppress(SchedulerError):
                 self.core.store.set_notify_endpoint(self.core.name, None, self.core.clock.now_ms())
