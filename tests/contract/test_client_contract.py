@@ -264,7 +264,7 @@ def test_a_retried_write_of_a_near_job_leaves_one_bucket_row(store, clock, make_
     from scheduler.errors import WriteTimeout
 
     client = make_client(store, clock=clock, retry_s=0)  # the caller retries, not the client
-    client.store = LostAcknowledgement(store)  # type: ignore[assignment]
+    client.store = LostAcknowledgement(store)
     with pytest.raises(WriteTimeout):
         client.schedule("near", T0, "k")
     first = store.get("near")
@@ -281,7 +281,7 @@ def test_a_retried_write_of_a_near_job_leaves_one_bucket_row(store, clock, make_
 def test_the_client_rides_out_a_lost_acknowledgement_itself(store, clock, make_client):
     client = make_client(store, clock=clock, retry_s=5)
     flaky = LostAcknowledgement(store)
-    client.store = flaky  # type: ignore[assignment]
+    client.store = flaky
     job = client.schedule("near", T0, "k")
     assert flaky.failed and store.get("near").fire_ms == job.fire_ms
     assert bucket_ids(store, job) == ["near"]
