@@ -18,18 +18,14 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from .client import open_producer
-from .clock import Clock
+from .client import ClientBase
 from .effects import Steps, run_async
 from .errors import InvalidInput
 from .jobspec import JobSpec
 from .layout import Layout, Layouts
 from .model import Job
-from .producer import RETRY_S
 from .recurring.api import RecurringOps
 from .recurring.schedule import Schedule
-from .settings import Settings
-from .store import Store, StoreMeta
 from .store.base import DeadLetter
 
 T = TypeVar("T")
@@ -37,17 +33,11 @@ T = TypeVar("T")
 GROUP_MAX = 5_000
 
 
-class AsyncClient:
+class AsyncClient(ClientBase):
     """Schedule, cancel, reschedule and look up jobs from async code; see ``Client`` for
     each operation's contract. Safe to share between the tasks of one event loop."""
 
-    def __init__(self, store: Store | str | None = None, *, clock: Clock | None = None,
-                 settings: Settings | None = None, max_payload_bytes: int | None = None,
-                 bucket_width_s: int | None = None,
-                 layout_cache_ttl_s: float | None = None, retry_s: float = RETRY_S) -> None:
-        self.store, self._owns_store, self.producer = open_producer(
-            store, clock, settings, max_payload_bytes, bucket_width_s, layout_cache_ttl_s, retry_s)
-        self.clock: Clock = self.producer.clock
+    def _setup(self) -> None:
         # schedule() calls waiting for the group write in flight to finish.
         self._waiting: list[tuple[Job, asyncio.Future[Job]]] = []
         self._flusher: asyncio.Task[None] | None = None
@@ -55,10 +45,6 @@ class AsyncClient:
     async def run(self, steps: Steps[T]) -> T:
         """Perform an operation of ``Producer`` (or of the recurring API) on the store."""
         return await run_async(self.store.acall, steps)
-
-    @property
-    def meta(self) -> StoreMeta:
-        return self.producer.meta
 
     async def layouts(self, fresh: bool = False) -> Layouts:
         return await self.run(self.producer.layouts(fresh))
@@ -150,10 +136,7 @@ class AsyncClient:
         return AsyncRecurring(self)
 
     async def close(self) -> None:
-        if self.producer.nudger is not None:
-            self.producer.nudger.close()
-        if self._owns_store:
-            self.store.close()
+        self._close()
 
     async def __aenter__(self) -> AsyncClient:
         return self

@@ -53,13 +53,8 @@ def open_producer(store: Store | str | None, clock: Clock | None, settings: Sett
     return st, owns, producer
 
 
-class Client:
-    """Schedule, cancel, reschedule and look up jobs.
-
-    Every method validates its input before writing; an ``InvalidInput`` means nothing
-    was written. Store failures raise ``StoreUnavailable`` or ``WriteTimeout`` (which
-    says whether the write may have happened; every write here is safe to retry).
-    """
+class ClientBase:
+    """What both clients hold: the store (owned when opened from a URL) and the rules."""
 
     def __init__(self, store: Store | str | None = None, *, clock: Clock | None = None,
                  settings: Settings | None = None, max_payload_bytes: int | None = None,
@@ -68,14 +63,33 @@ class Client:
         self.store, self._owns_store, self.producer = open_producer(
             store, clock, settings, max_payload_bytes, bucket_width_s, layout_cache_ttl_s, retry_s)
         self.clock: Clock = self.producer.clock
+        self._setup()
 
-    def run(self, steps: Steps[T]) -> T:
-        """Perform an operation of ``Producer`` (or of the recurring API) on the store."""
-        return run_sync(self.store, steps)
+    def _setup(self) -> None:
+        """A subclass's own state (the async client's group writes)."""
 
     @property
     def meta(self) -> StoreMeta:
         return self.producer.meta
+
+    def _close(self) -> None:
+        if self.producer.nudger is not None:
+            self.producer.nudger.close()
+        if self._owns_store:
+            self.store.close()
+
+
+class Client(ClientBase):
+    """Schedule, cancel, reschedule and look up jobs.
+
+    Every method validates its input before writing; an ``InvalidInput`` means nothing
+    was written. Store failures raise ``StoreUnavailable`` or ``WriteTimeout`` (which
+    says whether the write may have happened; every write here is safe to retry).
+    """
+
+    def run(self, steps: Steps[T]) -> T:
+        """Perform an operation of ``Producer`` (or of the recurring API) on the store."""
+        return run_sync(self.store, steps)
 
     def layouts(self, fresh: bool = False) -> Layouts:
         """The cached layouts, reloaded once they are ``layout_cache_ttl_s`` old."""
@@ -150,10 +164,7 @@ class Client:
         return Recurring(self)
 
     def close(self) -> None:
-        if self.producer.nudger is not None:
-            self.producer.nudger.close()
-        if self._owns_store:
-            self.store.close()
+        self._close()
 
     def __enter__(self) -> Client:
         return self

@@ -137,31 +137,7 @@ class CassandraAsync:
 
     async def _execute(self, stmt: Any, params: Any, what: str) -> list[Any]:
         """One statement's rows, every page of them; a driver error as the typed error."""
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[list[Any]] = loop.create_future()
-        rows: list[Any] = []
-        try:
-            rf = self.session.execute_async(stmt, params)
-        except Exception as exc:
-            raise translate(exc, what) from exc
-
-        def on_page(page: Any) -> None:
-            rows.extend(page or ())
-            if rf.has_more_pages:
-                rf.start_fetching_next_page()
-            else:
-                loop.call_soon_threadsafe(_settle, fut, rows, None)
-
-        def on_error(exc: BaseException) -> None:
-            loop.call_soon_threadsafe(_settle, fut, None, exc)
-
-        rf.add_callbacks(on_page, on_error)
-        try:
-            return await fut
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            raise translate(exc, what) from exc
+        return (await self._amany([(stmt, params)], what))[0]
 
     async def _amany(self, items: list[tuple[Any, Any]], what: str) -> list[list[Any]]:
         """Every statement's rows, in order, with up to ``concurrency`` in flight. The
