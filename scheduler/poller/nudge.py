@@ -26,7 +26,7 @@ import socket
 from collections import defaultdict
 from collections.abc import Iterable
 
-from ..errors import SchedulerError
+from ..errors import SchedulerError, SchemaError
 from ..model import OCCURRENCE_PREFIX, Job
 from ..nudgewire import Entry, decode, parse_address
 from ..progress import Key
@@ -121,6 +121,12 @@ class Nudges:
         try:
             core.store.set_notify_endpoint(core.name, self.address, core.clock.now_ms())
             self._registered_at = mono
+        except SchemaError as exc:
+            # A keyspace older than v004 (pollers upgraded before `schema apply`): no fast
+            # path until it is applied and the poller restarted; firing is unaffected.
+            log.warning("cannot record this poller's nudge address (%s); due-now jobs fire at "
+                        "now + late margin", exc, extra={"action": "nudge_unavailable", "poller": core.name})
+            self.address = None
         except SchedulerError as exc:
             core.store_fault.failed(exc)
 

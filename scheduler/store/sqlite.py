@@ -91,10 +91,21 @@ class SqliteStore(Store):
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
+            except sqlite3.OperationalError as exc:
+                self._db.execute("ROLLBACK")
+                raise self._schema_error(exc) from None
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
+
+    def _schema_error(self, exc: sqlite3.OperationalError) -> Exception:
+        """A missing table as ``SchemaError`` (a schema older than this code); any other
+        error as it is."""
+        if "no such table" in str(exc):
+            return SchemaError(f"store {self.url} has no scheduler schema or an older one ({exc}); "
+                               "run `scheduler schema apply`")
+        return exc
 
     def _all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         with self._lock:
@@ -104,11 +115,7 @@ class SqliteStore(Store):
             try:
                 return self._db.execute(sql, params).fetchall()
             except sqlite3.OperationalError as exc:
-                if "no such table" in str(exc):
-                    raise SchemaError(
-                        f"store {self.url} has no scheduler schema; run `scheduler schema apply`"
-                    ) from None
-                raise
+                raise self._schema_error(exc) from None
 
     def _sweep(self) -> None:
         """Delete expired rows (the retention; Cassandra uses TTLs), at most once per

@@ -99,3 +99,34 @@ def from_s(ms: int):
 
     return from_ms(ms)
 
+
+
+def test_before_v004_due_now_jobs_fire_at_their_placed_time(store_kind, request, tmp_path, caplog):
+    """Pollers and producers upgraded before `schema apply`: no nudge table. Both log it
+    once and go on; the job fires at its placed time."""
+    import threading
+    from datetime import UTC, datetime
+
+    from scheduler import App
+    from scheduler.clock import SystemClock
+    from scheduler.poller import PollerConfig
+    from scheduler.store import SchemaOptions
+    from tests.conftest import make_store
+
+    store = make_store(store_kind, request, tmp_path, SchemaOptions(shard_count=2, upto=3))
+    fired = threading.Event()
+    poller = Poller(store, App.for_function(lambda job: fired.set()),
+                    config=PollerConfig(poll_interval_s=0.2, check_clock=False))
+    poller.start(range(2))
+    client = Client(store)
+    try:
+        job = client.schedule("old", datetime.now(UTC), "k")
+        assert fired.wait(15) and poller.failure is None
+        assert job.fire_ms - job.due_ms >= 2_000, "placed by the late-write rule"
+    finally:
+        poller.stop()
+        client.close()
+        store.close()
+    actions = [getattr(r, "action", None) for r in caplog.records]
+    assert "nudge_unavailable" in actions and "nudge_owners_failed" in actions
+    assert SystemClock().now_ms() >= job.due_ms
