@@ -13,11 +13,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import queries
-from ..errors import ConfigError, OwnershipLost, SchedulerError, SchemaError
+from ..errors import ConfigError, SchedulerError, SchemaError
 from ..keys import bucket_of_ms
 from ..layout import Layout, Layouts
 from ..model import Job, Status
-from ..progress import Checkpoint
 from ..recurring.writes import WRITE_TIME_SLACK_MS
 from ..retention import ttl_s
 from ..security import CassandraSecurity
@@ -28,7 +27,6 @@ from .base import (
     ProgressFn,
     SchemaOptions,
     SchemaResult,
-    ShardCheckpoint,
     Store,
     layouts_of,
     with_fired,
@@ -38,6 +36,7 @@ from .cbind import FastBinder, bucket_writes
 from .cconf import READ_GROUP, CassandraUrl, dt_ms, prepare_failed, replication_map, translate
 from .cconnect import connect
 from .cfire import BATCH_ROWS, CassandraFiring, host_ms
+from .cowner import CassandraOwnership
 from .cschedules import CassandraSchedules
 from .rows import (
     bucket_key,
@@ -56,7 +55,7 @@ NOT_IDEMPOTENT = frozenset({"add_skipped"})
 BATCH_BYTES = 4096
 
 
-class CassandraStore(CassandraAsync, CassandraFiring, CassandraSchedules, Store):
+class CassandraStore(CassandraAsync, CassandraFiring, CassandraOwnership, CassandraSchedules, Store):
     def __init__(self, url: str, *, concurrency: int = 128, request_timeout_s: float = 10.0,
                  connect_timeout_s: float = 5.0, security: CassandraSecurity | None = None) -> None:
         """Connect. ``security``: credentials and TLS (default: the settings'). Raises
@@ -354,62 +353,6 @@ class CassandraStore(CassandraAsync, CassandraFiring, CassandraSchedules, Store)
         row = rs.one()
         values = dict(zip(rs.column_names, row, strict=False))
         return bool(values.pop("[applied]")), values
-
-    def _serial_checkpoint(self, shard: int) -> tuple[Any, ...] | None:
-        from cassandra import ConsistencyLevel
-
-        bound = self.prepared("select_checkpoint").bind((shard,))
-        bound.consistency_level = ConsistencyLevel.LOCAL_SERIAL
-        try:
-            return self.session.execute(bound).one()  # type: ignore[no-any-return]
-        except Exception as exc:
-            raise translate(exc, f"reading checkpoint of shard {shard}") from exc
-
-    def claim_shard(self, shard: int, owner: str, epoch: int, initial_drained: int,
-                    now_ms: int) -> Checkpoint:
-        what = f"claiming shard {shard}"
-        created, _ = self._lwt("create_checkpoint", (shard, initial_drained, owner, epoch, now_ms), what)
-        if not created:
-            self._lwt("claim_checkpoint", (owner, epoch, now_ms, shard, epoch), what)
-        row = self._serial_checkpoint(shard)
-        if row is None:
-            raise OwnershipLost(f"shard {shard}: checkpoint row vanished while claiming")
-        bucket, fire, job_id, holder, held_epoch = row
-        if held_epoch != epoch or holder != owner:
-            raise OwnershipLost(f"shard {shard} is held by {holder} with epoch {held_epoch}")
-        return Checkpoint(int(bucket), None if fire is None else (dt_ms(fire), job_id))
-
-    def save_checkpoint(self, shard: int, epoch: int, checkpoint: Checkpoint, now_ms: int) -> None:
-        fire, job_id = checkpoint.done_cursor or (None, None)
-        applied, current = self._lwt(
-            "save_checkpoint",
-            (checkpoint.drained, fire, job_id, now_ms, shard, epoch, checkpoint.drained),
-            f"saving checkpoint of shard {shard}")
-        if not applied and current.get("owner_epoch") != epoch:
-            raise OwnershipLost(
-                f"shard {shard}: checkpoint refused, epoch {epoch} no longer owns it "
-                f"(owner epoch {current.get('owner_epoch')})")
-
-    def release_shard(self, shard: int, epoch: int, now_ms: int) -> bool:
-        applied, current = self._lwt("release_checkpoint", (now_ms, shard, epoch), f"releasing shard {shard}")
-        return applied or current.get("owner_epoch") == epoch
-
-    @dual
-    def set_notify_endpoint(self, owner: str, address: str | None, now_ms: int) -> CqlSteps[None]:
-        if address is None:
-            yield Run("delete_notify_endpoint", (owner,), "removing a nudge address")
-        else:
-            yield Run("upsert_notify_endpoint", (owner, address), "recording a nudge address")
-
-    @dual
-    def notify_endpoints(self, now_ms: int) -> CqlSteps[dict[str, str]]:
-        return {o: a for o, a in (yield Run("select_notify_endpoints", (), "reading nudge addresses"))}
-
-    @dual
-    def checkpoints(self) -> CqlSteps[list[ShardCheckpoint]]:
-        return [ShardCheckpoint(int(sh), int(b), None if f is None else (dt_ms(f), j), o, int(e),
-                                None if u is None else dt_ms(u))
-                for sh, b, f, j, o, e, u in (yield Run("select_checkpoints"))]
 
     def release_version(self) -> str:
         return str(self.run("release_version")[0][0])
