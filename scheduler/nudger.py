@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -35,6 +36,7 @@ class Nudger:
         self._owners: dict[int, str] = {}  # shard -> address
         self._owners_at = -1e9
         self._socks: dict[int, socket.socket] = {}
+        self._lock = threading.Lock()
         self.sent = 0  # datagrams, for tests and benchmarks
         self._failed = False
 
@@ -73,10 +75,11 @@ class Nudger:
         try:
             host, port = parse_address(address)
             family = socket.AF_INET6 if ":" in host else socket.AF_INET
-            sock = self._socks.get(family)
-            if sock is None:
-                sock = self._socks[family] = socket.socket(family, socket.SOCK_DGRAM)
-                sock.setblocking(False)
+            with self._lock:  # one socket per family, whichever thread comes first
+                sock = self._socks.get(family)
+                if sock is None:
+                    sock = self._socks[family] = socket.socket(family, socket.SOCK_DGRAM)
+                    sock.setblocking(False)
             for datagram in encode(entries):
                 sock.sendto(datagram, (host, port))
                 self.sent += 1
@@ -84,6 +87,7 @@ class Nudger:
             pass  # unreachable or full: these jobs take the usual path
 
     def close(self) -> None:
-        for sock in self._socks.values():
-            sock.close()
-        self._socks.clear()
+        with self._lock:
+            for sock in self._socks.values():
+                sock.close()
+            self._socks.clear()
