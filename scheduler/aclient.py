@@ -24,6 +24,7 @@ from .errors import InvalidInput
 from .jobspec import JobSpec
 from .layout import Layout, Layouts
 from .model import Job
+from .producer import Placeable
 from .recurring.api import RecurringOps
 from .recurring.schedule import Schedule
 from .store.base import DeadLetter
@@ -39,7 +40,7 @@ class AsyncClient(ClientBase):
 
     def _setup(self) -> None:
         # schedule() calls waiting for the group write in flight to finish.
-        self._waiting: list[tuple[Job, asyncio.Future[Job]]] = []
+        self._waiting: list[tuple[Placeable, asyncio.Future[Job]]] = []
         self._flusher: asyncio.Task[None] | None = None
 
     async def run(self, steps: Steps[T]) -> T:
@@ -58,51 +59,69 @@ class AsyncClient(ClientBase):
         """See ``Client.schedule``. Calls made while a write is in flight are written
         together (a group commit, see ``_flush``): each returns once its own job is
         acknowledged, with its own result or error."""
-        spec = JobSpec(job_id, due_at, kind, payload, jitter_s)
         try:
-            job = await self.run(self.producer.build(spec))
+            checked = self.producer.check(JobSpec(job_id, due_at, kind, payload, jitter_s))
         except InvalidInput as exc:
             raise InvalidInput(f"job #1 ({job_id!r}): {exc}") from None
         fut: asyncio.Future[Job] = asyncio.get_running_loop().create_future()
-        self._waiting.append((job, fut))
+        # Queued before any await: groups keep the order of the calls.
+        self._waiting.append((checked, fut))
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush())
         return await fut
 
     async def _flush(self) -> None:
-        """Write the waiting jobs, up to ``GROUP_MAX`` at a time, until none wait. A store
-        error fails every call of that group (each may retry: the writes are idempotent);
-        the next group is still written. Two calls for one id go in different groups,
-        in call order."""
+        """Place and write the waiting jobs, up to ``GROUP_MAX`` at a time, until none
+        wait. A job that cannot be placed fails its own call; a store error fails every
+        call of its group (each may retry: the writes are idempotent), and the next group
+        is still written. Two calls for one id go in different groups, in call order."""
         while self._waiting:
             # One turn of the loop first: the callers just answered (and any other ready
             # task) get to make their next call, so it joins this group.
             await asyncio.sleep(0)
-            group: list[tuple[Job, asyncio.Future[Job]]] = []
+            group: list[tuple[Placeable, asyncio.Future[Job]]] = []
             ids: set[str] = set()
             rest = []
             for item in self._waiting:
-                if len(group) < GROUP_MAX and item[0].job_id not in ids:
+                if len(group) < GROUP_MAX and item[0][0] not in ids:
                     group.append(item)
-                    ids.add(item[0].job_id)
+                    ids.add(item[0][0])
                 else:
                     rest.append(item)
             self._waiting = rest
             try:
-                written = await self.run(self.producer.write_jobs([j for j, _ in group]))
-            except Exception as exc:
-                for _, fut in group:
-                    if not fut.done():
-                        fut.set_exception(exc)
-                continue
+                await self._write_group(group)
             except BaseException:  # this task was cancelled (the loop is closing): nobody
                 for _, fut in [*group, *self._waiting]:  # writes the rest; say so to each
                     fut.cancel()
                 self._waiting = []
                 raise
-            for (_, fut), job in zip(group, written, strict=True):
+
+    async def _write_group(self, group: list[tuple[Placeable, asyncio.Future[Job]]]) -> None:
+        try:
+            placed = await self.run(self._place_all([c for c, _ in group]))
+            jobs = [(j, fut) for j, (_, fut) in zip(placed, group, strict=True) if isinstance(j, Job)]
+            for j, (c, fut) in zip(placed, group, strict=True):
+                if isinstance(j, InvalidInput) and not fut.done():
+                    fut.set_exception(InvalidInput(f"job #1 ({c[0]!r}): {j}"))
+            written = await self.run(self.producer.write_jobs([j for j, _ in jobs])) if jobs else []
+        except Exception as exc:
+            for _, fut in group:
                 if not fut.done():
-                    fut.set_result(job)
+                    fut.set_exception(exc)
+            return
+        for (_, fut), job in zip(jobs, written, strict=True):
+            if not fut.done():
+                fut.set_result(job)
+
+    def _place_all(self, checked: list[Placeable]) -> Steps[list[Job | InvalidInput]]:
+        out: list[Job | InvalidInput] = []
+        for c in checked:
+            try:
+                out.append((yield from self.producer.place(*c, None)))
+            except InvalidInput as exc:  # beyond the retention's reach: that call only
+                out.append(exc)
+        return out
 
     async def schedule_many(self, specs: Iterable[JobSpec | dict[str, Any]],
                             progress: Callable[[int], None] | None = None) -> list[Job]:

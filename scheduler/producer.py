@@ -48,6 +48,8 @@ T = TypeVar("T")
 # Failed writes whose placement a retry reuses (see Producer._unsure): about 100 bytes each.
 UNSURE_MAX = 100_000
 ProgressFn = Callable[[int], None]
+# A validated job before placement: id, kind, payload, payload is JSON, due ms, jitter s.
+Placeable = tuple[str, str, bytes, bool, int, float]
 
 
 class Producer:
@@ -117,15 +119,19 @@ class Producer:
 
     # --- placement ------------------------------------------------------------------
 
-    def build(self, spec: JobSpec, now_ms: int | None = None) -> Steps[Job]:
-        """Validate ``spec`` and place it (bucket, shard, fire time); writes nothing."""
+    def check(self, spec: JobSpec) -> Placeable:
+        """``spec`` validated, as ``place``'s arguments; raises ``InvalidInput``. Pure."""
         job_id = check_job_id(spec.job_id)
         kind = check_kind(spec.kind)
         due_ms = check_due(spec.due_at)
         if not 0 <= spec.jitter_s <= MAX_JITTER_S:
             raise InvalidInput(f"jitter must be between 0 and {MAX_JITTER_S} seconds, got {spec.jitter_s}")
         payload, is_json = encode_payload(spec.payload, self.max_payload_bytes)
-        return (yield from self.place(job_id, kind, payload, is_json, due_ms, spec.jitter_s, now_ms))
+        return job_id, kind, payload, is_json, due_ms, spec.jitter_s
+
+    def build(self, spec: JobSpec, now_ms: int | None = None) -> Steps[Job]:
+        """Validate ``spec`` and place it (bucket, shard, fire time); writes nothing."""
+        return (yield from self.place(*self.check(spec), now_ms))
 
     def place(self, job_id: str, kind: str, payload: bytes, is_json: bool, due_ms: int,
               jitter_s: float, now_ms: int | None) -> Steps[Job]:

@@ -43,8 +43,13 @@ def test_fifty_schedules_three_pollers_and_a_kill_9(fleet_env):  # noqa: F811
     time.sleep(10)
     cutoff = int(time.time() * 1000) - 6000  # every nominal time up to here must have fired
     changed = {"s0": paused_at, "s1": deleted_at, "s2": deleted_at}
+    # A change supersedes what has not fired yet, and a chain that was on the killed poller
+    # runs late until its shard has a new owner (session timeout 4 s, then the late margin
+    # 3 s): a nominal time that close before a change may rightly never fire. (Seen once:
+    # s1's occurrence at 15 s fired 5.3 s late after the kill, so the one at 20 s was
+    # placed at about 23.3 s, and the delete came about then.)
     expected = {(f"s{i}", t) for i in range(SCHEDULES) for t in range(start_ms, cutoff, EVERY_MS)
-                if t < changed.get(f"s{i}", float("inf")) - 3000}
+                if t < changed.get(f"s{i}", float("inf")) - 8000}
 
     def fired() -> set[tuple[str, int]]:
         return {(o.schedule_id, o.nominal_ms) for r in read_records(str(out))

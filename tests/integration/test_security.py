@@ -204,7 +204,9 @@ def test_a_fleet_over_tls_fires_through_password_and_certificate_rotations_the_r
             admin.close()
         for shard, row in truth.items():
             lag = exported[f'scheduler_shard_lag_seconds{{shard="{shard}"}}']
-            assert abs(lag - row.lag_s) < 5, (shard, lag, row.lag_s)
+            # Read a moment apart, and a 10 s bucket may close in between (lag then drops by
+            # up to a bucket): the exporter's older figure may be up to a bucket higher.
+            assert -5 < lag - row.lag_s < 10 + 5, (shard, lag, row.lag_s)
     finally:
         for p in procs:
             p.terminate()
