@@ -52,7 +52,8 @@ class Batch:
 
 @dataclass(frozen=True, slots=True)
 class Lwt:
-    """A lightweight transaction; receives ``(applied, current values when not applied)``."""
+    """A lightweight transaction; receives whether it was applied (the current values of
+    a refused one are read by the blocking ``_lwt`` only: no effect caller needs them)."""
 
     name: str
     params: Sequence[Any]
@@ -68,8 +69,8 @@ def dual(fn: Callable[..., CqlSteps[T]]) -> Callable[..., T]:
     generator under ``.steps``."""
 
     @functools.wraps(fn)
-    def blocking(self: Any, *args: Any) -> T:
-        return self._drive(fn(self, *args))  # type: ignore[no-any-return]
+    def blocking(self: Any, *args: Any, **kwargs: Any) -> T:
+        return self._drive(fn(self, *args, **kwargs))  # type: ignore[no-any-return]
 
     blocking.steps = fn  # type: ignore[attr-defined]
     return blocking
@@ -109,7 +110,7 @@ class CassandraAsync:
             elif isinstance(eff, Batch):
                 value = self._batch(eff.what, eff.items)
             else:
-                value = self._lwt(eff.name, eff.params, eff.what)
+                value = self._lwt(eff.name, eff.params, eff.what)[0]
 
     async def acall(self, method: str, *args: Any) -> Any:
         """``method(*args)`` without blocking the event loop. Raises ``TypeError`` for a
@@ -133,7 +134,7 @@ class CassandraAsync:
                 value = None
             else:
                 rows = await self._execute(self.prepared(eff.name), eff.params, eff.what)
-                value = (bool(rows[0][0]), {})
+                value = bool(rows[0][0])
 
     async def _execute(self, stmt: Any, params: Any, what: str) -> list[Any]:
         """One statement's rows, every page of them; a driver error as the typed error."""

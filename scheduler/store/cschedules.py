@@ -23,15 +23,15 @@ class CassandraSchedules:
 
     @dual
     def insert_schedule(self, schedule: Schedule) -> CqlSteps[bool]:
-        applied, _ = yield Lwt("insert_schedule", schedule_params(schedule),
-                               f"creating schedule {schedule.schedule_id!r}")
+        applied = yield Lwt("insert_schedule", schedule_params(schedule),
+                            f"creating schedule {schedule.schedule_id!r}")
         return bool(applied)
 
     @dual
     def replace_schedule(self, schedule: Schedule, expected_version: int) -> CqlSteps[bool]:
         sid, *rest = schedule_params(schedule)
-        applied, _ = yield Lwt("replace_schedule", (*rest, sid, expected_version),
-                               f"changing schedule {schedule.schedule_id!r}")
+        applied = yield Lwt("replace_schedule", (*rest, sid, expected_version),
+                            f"changing schedule {schedule.schedule_id!r}")
         return bool(applied)
 
     @dual
