@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import queries
-from ..errors import ConfigError, SchedulerError, SchemaError
+from ..errors import ConfigError, SchedulerError, SchemaError, StoreUnavailable
 from ..keys import bucket_of_ms
 from ..layout import Layout, Layouts
 from ..model import Job, Status
@@ -53,6 +53,8 @@ from .rows import (
 NOT_IDEMPOTENT = frozenset({"add_skipped"})
 # Bucket-row batches stay under Cassandra's default 5 KiB batch warning threshold.
 BATCH_BYTES = 4096
+# How long schema apply waits, beyond the driver's 10 s, for every node to have a change.
+SCHEMA_AGREEMENT_S = 60.0
 
 
 class CassandraStore(CassandraAsync, CassandraFiring, CassandraOwnership, CassandraSchedules, Store):
@@ -118,8 +120,8 @@ class CassandraStore(CassandraAsync, CassandraFiring, CassandraOwnership, Cassan
                .replace("{replication}", replication_map(options.replication))
                for k, v in queries.named("keyspace.cql").items()}
         try:
-            self.session.execute(ddl["create_keyspace"])
-            self.session.execute(ddl["create_schema_versions"])
+            self._ddl(ddl["create_keyspace"])
+            self._ddl(ddl["create_schema_versions"])
             rows = list(self.session.execute(ddl["select_schema_version"]))
             current = int(rows[0][0]) if rows else 0
             target = options.target_version
@@ -133,7 +135,7 @@ class CassandraStore(CassandraAsync, CassandraFiring, CassandraOwnership, Cassan
                 if version <= current or version > target:
                     continue
                 for stmt in queries.statements(text):
-                    self.session.execute(stmt.replace("{keyspace}", self.keyspace))
+                    self._ddl(stmt.replace("{keyspace}", self.keyspace))
                 self.session.execute(insert_version, (version, desc, now_ms))
             origin = bucket_of_ms(now_ms, options.bucket_width_s)
             existing = self._read_meta_raw()
@@ -146,8 +148,8 @@ class CassandraStore(CassandraAsync, CassandraFiring, CassandraOwnership, Cassan
             if (changes or current < 3) and target >= 3:
                 grace = retention_of(self._read_meta_raw()).gc_grace_s
                 for table in ("jobs_by_bucket", "jobs"):
-                    self.session.execute(ddl["set_gc_grace"].replace("{table}", table)
-                                         .replace("{seconds}", str(int(grace))))
+                    self._ddl(ddl["set_gc_grace"].replace("{table}", table)
+                                  .replace("{seconds}", str(int(grace))))
             if not self.run("select_layouts"):
                 self.run("insert_layout", (origin, options.shard_count, now_ms))
         except SchedulerError:
@@ -163,6 +165,25 @@ class CassandraStore(CassandraAsync, CassandraFiring, CassandraOwnership, Cassan
             )
         return SchemaResult(current, max(current, target), current == 0, meta,
                             retention_of(existing) if changes else None)
+
+    def _ddl(self, statement: str) -> None:
+        """Run one schema change and return only once every live node has it.
+
+        The driver waits 10 s for agreement and then goes on regardless; a read that
+        follows on a loaded multi-node cluster then fails with INCOMPATIBLE_SCHEMA on
+        the node that lags. So this waits up to SCHEMA_AGREEMENT_S more, and raises
+        StoreUnavailable if the nodes still disagree (nothing after it has run).
+        """
+        future = self.session.execute_async(statement)
+        future.result()
+        if future.is_schema_agreed:
+            return
+        control = self.session.cluster.control_connection
+        if not control.wait_for_schema_agreement(wait_time=SCHEMA_AGREEMENT_S):
+            raise StoreUnavailable(
+                f"the Cassandra nodes did not agree on the schema within {SCHEMA_AGREEMENT_S:.0f} s "
+                "after a schema change; check that every node is up (nodetool describecluster) "
+                "and run schema apply again")
 
     def _read_meta_raw(self) -> dict[str, str]:
         return {k: v for k, v in self.run("select_meta")}
