@@ -8,7 +8,7 @@ binds ``PollerConfig.notify_address`` and records the bound address in the store
 owner from the checkpoints (shard -> owner) and that table (owner -> address).
 
 What a nudge can and cannot do. The owner reads the nudged positions from the store
-(one range read per shard and bucket), ahead of its read cursor but without moving it,
+(one range read per shard and bucket, all at once), ahead of its read cursor but without moving it,
 and takes only rows that exist there, are pending, are not recurring occurrences, and
 are due. Each leaves the due queue at its due time, so nothing fires before it is due,
 whoever sent the datagram. The row is handed out *early* (``ShardProgress.take_early``):
@@ -52,8 +52,8 @@ class Nudges:
 
     def apply(self, entries: Iterable[Entry]) -> int:
         """Queue the nudged rows that qualify (see the module docstring); returns how
-        many. A store error is reported to ``store_fault`` and the rest is skipped: the
-        rows take the usual path."""
+        many. A store error is reported to ``store_fault`` and the whole group is
+        skipped: its rows take the usual path."""
         core = self.core
         wanted: dict[tuple[int, int], set[Key]] = defaultdict(set)
         with core.cond:
@@ -61,16 +61,19 @@ class Nudges:
                 st = core.shards.get(shard)
                 if st is not None and st.reading and not job_id.startswith(OCCURRENCE_PREFIX):
                     wanted[(shard, bucket)].add((fire_ms, job_id))
+        parts = [(bucket, shard, (min(k[0] for k in keys) - 1, ""), max(k[0] for k in keys))
+                 for (shard, bucket), keys in wanted.items()]
+        limit = min(core.config.read_limit, max(map(len, wanted.values()), default=0) + READ_SLACK)
+        try:
+            # One concurrent read of every nudged range: sequential reads made the
+            # listener fall behind a steady stream of nudges.
+            found = core.store.read_buckets(parts, limit) if parts else []
+        except SchedulerError as exc:
+            core.store_fault.failed(exc)
+            return 0
         taken = 0
-        for (shard, bucket), keys in wanted.items():
-            lo, hi = min(k[0] for k in keys), max(k[0] for k in keys)
-            try:
-                rows = core.store.read_bucket(bucket, shard, (lo - 1, ""), hi,
-                                              min(core.config.read_limit, len(keys) + READ_SLACK))
-            except SchedulerError as exc:
-                core.store_fault.failed(exc)
-                continue
-            taken += self._take(shard, bucket, keys, rows)
+        for (bucket, shard, _after, _until), rows in zip(parts, found, strict=True):
+            taken += self._take(shard, bucket, wanted[(shard, bucket)], rows)
         if taken:
             core.metrics.nudged.inc(taken)
             core.stats.nudged += taken

@@ -219,6 +219,12 @@ class Store(ABC):
         rows retired by a cancel or a move are included, with ``fired_at`` set, until
         their retention passes."""
 
+    def read_buckets(self, parts: Sequence[PartRange], limit: int) -> list[list[Job]]:
+        """``read_bucket`` for each ``(bucket, shard, after, until_ms)``, up to ``limit``
+        rows each, in order. A store that can overlaps the reads (Cassandra does); the
+        first error raises and no result is returned."""
+        return [self.read_bucket(b, s, after, until, limit) for b, s, after, until in parts]
+
     @abstractmethod
     def count_pending(self, parts: Sequence[PartRange]) -> list[int]:
         """For each ``(bucket, shard, after, until_ms)``: how many rows of that partition,

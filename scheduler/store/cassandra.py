@@ -259,6 +259,15 @@ class CassandraStore(CassandraAsync, CassandraFiring, CassandraOwnership, Cassan
                         f"reading bucket {bucket} shard {shard}")
         return jobs_from_bucket_rows(rows, dt_ms)
 
+    def read_buckets(self, parts: Sequence[PartRange], limit: int) -> list[list[Job]]:
+        stmt = self.prepared("select_bucket_rows")
+        items = []
+        for bucket, shard, after, until_ms in parts:
+            fire_ms, job_id = after if after is not None else (bucket * 1000 - 1, "")
+            items.append((stmt, (bucket, shard, fire_ms, job_id, until_ms, limit)))
+        return [jobs_from_bucket_rows(rows, dt_ms)
+                for rows in self._concurrent(items, f"reading {len(items)} bucket ranges")]
+
     def count_pending(self, parts: Sequence[PartRange]) -> list[int]:
         stmt = self.prepared("select_bucket_fired")
         items = []

@@ -37,6 +37,18 @@ def test_read_bucket_cursor(store: Store):
     assert got[0] == jobs[0]
 
 
+def test_read_buckets_is_read_bucket_for_each_range_in_order(store: Store):
+    b = bucket_of_ms(T0_MS, 60) * 1000
+    jobs = [row("a", b + 100), row("b", b + 200), row("c", b + 300, shard=1), row("d", b + 400, shard=1)]
+    store.insert_many(jobs)
+    bucket = jobs[0].bucket
+    parts = [(bucket, 1, None, b + 60_000), (bucket, 0, (b + 100, "a"), b + 60_000), (bucket, 2, None, b + 1)]
+    got = store.read_buckets(parts, 10)
+    assert [[j.job_id for j in rows] for rows in got] == [["c", "d"], ["b"], []]
+    assert [[j.job_id for j in rows] for rows in store.read_buckets(parts[:1], 1)] == [["c"]]
+    assert store.read_buckets([], 10) == []
+
+
 def test_marks_only_grow(store: Store):
     origin = store.layouts().latest.from_bucket
     store.insert_mark(origin, 7200 + origin)
