@@ -5,14 +5,43 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
+import subprocess
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from scheduler.clock import SystemClock
 from scheduler.store import SchemaOptions
 from scheduler.store.cassandra import CassandraStore
+
+OPS = Path(__file__).resolve().parent.parent / "ops"
+
+
+def nodetool(*args: str) -> str:
+    """``nodetool`` on the local node started by ``ops/cassandra``; raises on failure."""
+    return subprocess.run([str(OPS / "cassandra"), "nodetool", *args], capture_output=True, text=True,
+                          check=True, timeout=600).stdout
+
+
+def settle(max_s: float = 120.0) -> float:
+    """Wait until the local node has no compaction running or pending (the writes of an
+    earlier benchmark otherwise load the next one's figures), at most ``max_s``; returns
+    the seconds waited. Without a local node (nodetool fails) it waits 5 s."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < max_s:
+        try:
+            out = nodetool("compactionstats")
+        except (OSError, subprocess.SubprocessError):
+            time.sleep(5)
+            break
+        pending = re.search(r"pending tasks\s+(\d+)", out)
+        if pending is not None and pending.group(1) == "0" and "compaction type" not in out.lower():
+            break
+        time.sleep(2)
+    return round(time.monotonic() - t0, 1)
 
 
 def fresh_store(host: str, prefix: str, shards: int = 16, now_ms: int | None = None) -> CassandraStore:

@@ -23,14 +23,12 @@ from __future__ import annotations
 import argparse
 import re
 import statistics
-import subprocess
 import threading
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-from bench.common import drop, machine, report
+from bench.common import drop, machine, nodetool, report
 from scheduler import App, Client, JobSpec
 from scheduler.clock import SystemClock
 from scheduler.keys import bucket_of_ms
@@ -41,13 +39,7 @@ from scheduler.store.cassandra import CassandraStore
 SHARDS = 16
 LEAD_S = 5
 TABLES = ("jobs_by_bucket", "jobs")
-OPS = Path(__file__).resolve().parent.parent / "ops"
 _TRACE = re.compile(r"Read (\d+) live rows and (\d+) tombstone cells")
-
-
-def nodetool(*args: str) -> str:
-    return subprocess.run([str(OPS / "cassandra"), "nodetool", *args], capture_output=True, text=True,
-                          check=True, timeout=600).stdout
 
 
 def live_rows(store: CassandraStore) -> dict[str, int]:
