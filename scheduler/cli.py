@@ -245,12 +245,17 @@ def run(
              "else 127.0.0.1:9460).")] = None,
     name: Annotated[str | None, typer.Option(help="Poller name (default: random).")] = None,
     log_json: Annotated[bool, typer.Option("--log-json", help="JSON log lines.")] = False,
+    processes: Annotated[int, typer.Option(
+        help="Run this many pollers, each its own process and fleet member, under one "
+             "supervisor that restarts them; metrics on the base port + index (0: one per core).")] = 1,
     store: StoreOpt = None,
 ) -> None:
     """Run a poller until SIGTERM or SIGINT, then shut down gracefully (exit 0).
 
     Exits 3 when its ZooKeeper session expired, 4 when the poller failed (a thread
-    crashed, or too many handlers hung): run it under a supervisor."""
+    crashed, or too many handlers hung): run it under a supervisor. With --processes N
+    (N > 1) it is that supervisor: exit 1 when a member refused its settings, 5 when
+    members keep crashing."""
     import os
 
     from . import logs
@@ -258,6 +263,7 @@ def run(
     from .layout import parse_shard_spec
     from .poller import PollerConfig
     from .runner import run_poller
+    from .supervisor import processes_default, supervise
 
     logs.setup(json_output=log_json)
     sys.path.insert(0, os.getcwd())  # handlers are usually modules of the current project
@@ -265,6 +271,17 @@ def run(
         if concurrency < 1 or poll_interval <= 0 or store_failure_release < 0 or handler_timeout < 0:
             raise InvalidInput("--concurrency must be >= 1, --poll-interval > 0, and "
                                "--store-failure-release and --handler-timeout >= 0")
+        count = processes_default(processes)
+        if count > 1:
+            if shards:
+                raise InvalidInput("--processes needs a fleet: drop --shards (fixed shards "
+                                   "cannot be split between processes)")
+            load_app(handler, app_)  # a handler that does not import fails here, once
+            settings = Settings.from_env()
+            argv = sys.argv[sys.argv.index("run") + 1:]
+            raise typer.Exit(supervise(count, argv, metrics_address or settings.metrics_address,
+                                       settings.notify_address or "off", name,
+                                       lambda line: typer.echo(line, err=True)))
         config = PollerConfig(poll_interval_s=poll_interval, concurrency=concurrency,
                               max_rate=max_rate, max_shard_rate=max_shard_rate,
                               handler_timeout_s=handler_timeout or None,

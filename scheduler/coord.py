@@ -173,10 +173,37 @@ class ZooKeeperCoordinator:
             self.zk.ensure_path(path)
         heal_acls(self.zk, self.root, self.zk.default_acl)
         # The fleet reads the member list every tick (0.5 s), so no watch is needed.
-        self.zk.create(f"{self.root}/members/{member_id}", b"", ephemeral=True)
+        try:
+            self._create_member(f"{self.root}/members/{member_id}")
+        except ConfigError:
+            self.zk.stop()
+            self.zk.close()
+            raise
         self._renew()
         self._heart = threading.Thread(target=self._heartbeat, name=f"{member_id}-zk", daemon=True)
         self._heart.start()
+
+    def _create_member(self, path: str) -> None:
+        """Create our member node. A node of that name left by an earlier session (the
+        same poller restarted at once, e.g. by ``--processes``) goes when that session
+        expires: wait for it, up to the session timeout and a margin. Raises
+        ``ConfigError`` when it outlives that: another live poller has this name."""
+        from kazoo.exceptions import NodeExistsError
+
+        give_up = time.monotonic() + self.session_timeout_s * 1.5 + 2.0
+        while True:
+            try:
+                self.zk.create(path, b"", ephemeral=True)
+                return
+            except NodeExistsError:
+                stat = self.zk.exists(path)
+                if stat is not None and stat.ephemeralOwner == self.zk.client_id[0]:
+                    return  # ours: a create retried after a lost connection
+            if time.monotonic() > give_up:
+                raise ConfigError(
+                    f"a poller named {self.member_id!r} is already in the fleet at {self.root}; "
+                    "give each poller a unique --name (or none: a random one)")
+            time.sleep(0.2)
 
     def stop(self) -> None:
         """Release the locks and close the session; never blocks on a lost connection

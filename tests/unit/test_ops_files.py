@@ -104,7 +104,7 @@ def ops_default(script: str, variable: str) -> str:
 def test_compose_has_the_whole_topology():
     services = compose()["services"]
     assert set(services) == {"cassandra", "zookeeper", "schema", "poller-1", "poller-2", "poller-3",
-                             "exporter", "prometheus", "grafana"}
+                             "poller-4", "exporter", "prometheus", "grafana"}
 
 
 def test_compose_servers_match_the_ops_scripts():
@@ -148,7 +148,7 @@ def test_compose_commands_are_valid_scheduler_commands():
         assert set(svc.get("environment", {})) <= known_env
         Settings.from_env(svc.get("environment", {})).require_store()
         checked += 1
-    assert checked == 5  # schema, three pollers, exporter
+    assert checked == 6  # schema, four pollers (one with --processes 2), exporter
 
 
 def test_compose_prometheus_and_grafana_use_the_repo_files():
@@ -158,10 +158,16 @@ def test_compose_prometheus_and_grafana_use_the_repo_files():
     targets = {job["job_name"]: job["static_configs"][0]["targets"] for job in prom_cfg["scrape_configs"]}
     exporter_port = services["exporter"]["command"][services["exporter"]["command"].index("--address") + 1]
     assert targets["scheduler-exporter"] == [f"exporter:{exporter_port.rsplit(':', 1)[1]}"]
-    for target in targets["scheduler-poller"]:
-        host, port = target.split(":")
-        cmd = services[host]["command"]
-        assert cmd[cmd.index("--metrics-address") + 1].endswith(f":{port}")
+    from scheduler.supervisor import offset_address
+
+    expected = set()
+    for name, svc in services.items():
+        cmd = svc.get("command") or []
+        if "--metrics-address" in cmd:
+            base = cmd[cmd.index("--metrics-address") + 1]
+            count = int(cmd[cmd.index("--processes") + 1]) if "--processes" in cmd else 1
+            expected |= {f"{name}:{offset_address(base, i).rsplit(':', 1)[1]}" for i in range(count)}
+    assert set(targets["scheduler-poller"]) == expected
     for svc in ("prometheus", "grafana"):
         for volume in services[svc]["volumes"]:
             src = volume.split(":")[0]
