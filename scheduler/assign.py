@@ -8,7 +8,7 @@ SetPartitioner).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import mmh3
 
@@ -49,6 +49,56 @@ def assign(shards: Iterable[int], members: Iterable[str]) -> dict[str, set[int]]
                 out[member].add(shard)
                 break
     return out
+
+
+def _order(name: str) -> int:
+    """A member's or shard's place in the deterministic spreading order."""
+    return int(mmh3.hash(name.encode(), 0x0DE5, signed=False))
+
+
+def rebalance(prev: Mapping[int, str], shards: Iterable[int], members: Iterable[str]) -> dict[int, str]:
+    """``{shard: member}`` from the previous assignment ``prev``: sticky, exactly
+    balanced, and moving only what balance requires.
+
+    Every member gets ``S // N`` shards or one more (``S % N`` members get one more: those
+    holding the most already). A shard stays with its owner while that owner is a member
+    and within its target; the shards of departed members, new shards and each
+    member's surplus (its lowest-weight shards) go to the members below target, spread
+    in a fixed order. So a join moves exactly the joiner's share and a leave exactly the
+    leaver's shards: S/N, the minimum, where ``assign`` moves about twice that. The
+    result depends on ``prev``, so the members must agree on it: the fleet publishes it
+    (see ``Coordinator.publish_assignment``). O(S + N log N).
+    """
+    names = sorted(set(members))
+    todo = sorted(set(shards))
+    if not names:
+        return {}
+    q, r = divmod(len(todo), len(names))
+    held: dict[str, list[int]] = {m: [] for m in names}
+    pool: list[int] = []
+    for shard in todo:
+        owner = prev.get(shard)
+        if owner in held:
+            held[owner].append(shard)
+        else:
+            pool.append(shard)
+    by_holding = sorted(names, key=lambda m: (-len(held[m]), _order(m), m))
+    target = {m: q + (1 if i < r else 0) for i, m in enumerate(by_holding)}
+    for m in names:
+        surplus = len(held[m]) - target[m]
+        if surplus > 0:
+            ranked = [sh for _, sh in sorted((weight(sh, m), sh) for sh in held[m])]
+            pool.extend(ranked[:surplus])
+            held[m] = ranked[surplus:]
+    needy = [m for m in sorted(names, key=lambda m: (_order(m), m)) if len(held[m]) < target[m]]
+    pool.sort(key=lambda sh: (_order(str(sh)), sh))
+    i = 0
+    for shard in pool:
+        while len(held[needy[i % len(needy)]]) >= target[needy[i % len(needy)]]:
+            i += 1
+        held[needy[i % len(needy)]].append(shard)
+        i += 1
+    return {shard: m for m, mine in held.items() for shard in mine}
 
 
 def live_shards(layouts: Layouts, drained: dict[int, int], width_s: int) -> set[int]:
