@@ -21,7 +21,7 @@ CoordOpt = Annotated[str | None, typer.Option(
 
 def _open(store: str | None, coordinator: str | None) -> tuple[Any, Any]:
     """The store, and a function reading the fleet from ZooKeeper (None for local)."""
-    from .coord import read_fleet
+    from .fleetview import read_fleet
     from .store import open_store
 
     settings = Settings.from_env()

@@ -23,11 +23,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 from urllib.parse import urlparse
 
-from .errors import ConfigError, PermissionDenied, StoreUnavailable
+from .errors import ConfigError, StoreUnavailable
 from .security import ZkSecurity
 from .settings import zookeeper_credentials as read_credentials
 from .settings import zookeeper_security
@@ -342,62 +341,6 @@ class ZooKeeperCoordinator:
             pass
         except Exception as exc:  # ConnectionLoss, a timeout of kazoo's handler
             raise StoreUnavailable(f"joining the fleet failed: {exc!r}") from None
-
-
-@dataclass(frozen=True)
-class FleetSnapshot:
-    """What ZooKeeper says about the fleet right now, for views and the exporter."""
-
-    members: list[str]
-    owners: dict[int, str]  # shard -> member holding its lock
-
-
-def read_fleet(url: str, *, timeout_s: float = 10.0,
-               credentials: Callable[[], str | None] = read_credentials,
-               security: Callable[[], ZkSecurity] = zookeeper_security) -> FleetSnapshot | None:
-    """Members and lock holders, read without joining the fleet. None for ``local``
-    coordination (it lives inside one process). Raises ``StoreUnavailable`` when
-    ZooKeeper cannot be reached."""
-    from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
-    from kazoo.handlers.threading import KazooTimeoutError
-
-    if not url or url.startswith("local"):
-        return None
-    parsed = urlparse(url)
-    if parsed.scheme != "zookeeper" or not parsed.netloc:
-        raise ConfigError(f"unknown coordinator {url!r}: use local or zookeeper://HOST:PORT[,HOST:PORT]/ROOT")
-    root = (parsed.path or "/scheduler").rstrip("/") or "/scheduler"
-    sec = security()
-    zk = kazoo_client(parsed.netloc, timeout_s, credentials(), sec)
-    try:
-        zk.start(timeout=timeout_s)
-        members = sorted(zk.get_children(f"{root}/members")) if zk.exists(f"{root}/members") else []
-        owners: dict[int, str] = {}
-        shards = zk.get_children(f"{root}/locks") if zk.exists(f"{root}/locks") else []
-        for name in shards:
-            if not name.isdigit():
-                continue
-            try:
-                # kazoo's Lock: contenders are "<uuid>__lock__<seq>"; the lowest holds it,
-                # and its data is the holder's identifier (our member id).
-                nodes = sorted(zk.get_children(f"{root}/locks/{name}"), key=lambda n: n[-10:])
-                if nodes:
-                    data, _ = zk.get(f"{root}/locks/{name}/{nodes[0]}")
-                    owners[int(name)] = data.decode("utf-8", "replace")
-            except NoNodeError:  # released while we looked
-                continue
-        return FleetSnapshot(members, owners)
-    except NoAuthError:
-        user = (credentials() or "(none)").partition(":")[0]
-        raise PermissionDenied(
-            f"ZooKeeper at {parsed.netloc} refuses user {user!r} read access to {root}: add its digest "
-            "id to the pollers' SCHEDULER_ZK_READERS (they grant it when they start)") from None
-    except (KazooTimeoutError, KazooException) as exc:
-        raise zk_unreachable(parsed.netloc, exc, sec, "the fleet could not be read") from None
-    finally:
-        with contextlib.suppress(Exception):
-            zk.stop()
-            zk.close()
 
 
 def open_coordinator(url: str | None, *, session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S,

@@ -18,8 +18,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from .clock import Clock
-from .coord import FleetSnapshot
 from .errors import SchedulerError
+from .fleetview import FleetSnapshot
 from .observe import ShardLag, lag_report
 from .store.base import Store
 

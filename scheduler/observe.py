@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .assign import live_shards
-from .coord import FleetSnapshot
+from .fleetview import FleetSnapshot
 from .keys import bucket_of_ms, from_ms
 from .model import Job, Status
 from .store.base import PartRange, ShardCheckpoint, Store

@@ -10,9 +10,9 @@ import pytest
 from prometheus_client import generate_latest
 
 from scheduler.clock import FakeClock
-from scheduler.coord import FleetSnapshot
 from scheduler.errors import SchedulerError
 from scheduler.exporter import LagExporter
+from scheduler.fleetview import FleetSnapshot
 from scheduler.keys import bucket_of_ms
 from scheduler.model import Job, Status
 from scheduler.observe import bucket_rows, fleet_status, forecast, lag_report

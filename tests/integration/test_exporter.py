@@ -15,8 +15,8 @@ import pytest
 
 from scheduler import Client
 from scheduler.clock import SystemClock
-from scheduler.coord import read_fleet
 from scheduler.exporter import LagExporter
+from scheduler.fleetview import read_fleet
 from scheduler.store import SchemaOptions, open_store
 from tests.conftest import ZOOKEEPER_HOSTS, cassandra_url
 from tests.procs import ROOT, schedule, start_poller, wait_until

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from scheduler import Client
 from scheduler.clock import SystemClock
-from scheduler.coord import read_fleet
+from scheduler.fleetview import read_fleet
 from scheduler.store import SchemaOptions, open_store
 from tests.conftest import ZOOKEEPER_HOSTS, cassandra_url
 from tests.handlers import read_records

@@ -19,8 +19,8 @@ import pytest
 
 from scheduler import Client
 from scheduler.clock import SystemClock
-from scheduler.coord import read_fleet
 from scheduler.errors import SchedulerError, TlsError
+from scheduler.fleetview import read_fleet
 from scheduler.observe import lag_report
 from scheduler.security import Secret
 from scheduler.settings import zookeeper_credentials, zookeeper_security
