@@ -9,6 +9,9 @@ a lease that says whether it is safe to fire right now.
   values; never the sequence suffix, which is a signed 32-bit counter that wraps).
 - ``local``: in-process, for the embedded mode and the demo.
 
+Both also hold the fleet's published shard assignment (``plan.py``): one node,
+``/root/assignment``, replaced by compare-and-set on its version.
+
 Lease, for ZooKeeper: a round trip to the server that started at monotonic time t proves
 the session alive at t, so the server will not expire it before t + session timeout.
 We fire only until t + session_timeout / 2 and renew every session_timeout / 6, and stop
@@ -27,6 +30,7 @@ from typing import Any, ClassVar, Protocol
 from urllib.parse import urlparse
 
 from .errors import ConfigError, StoreUnavailable
+from .plan import Plan, decode, encode
 from .security import ZkSecurity
 from .settings import zookeeper_credentials as read_credentials
 from .settings import zookeeper_security
@@ -66,6 +70,13 @@ class Coordinator(Protocol):
     def join(self) -> None:
         """Be a member again after ``leave``."""
 
+    def read_plan(self) -> tuple[Plan | None, int]:
+        """The published assignment and its version (-1: none was ever published)."""
+
+    def publish_plan(self, plan: Plan, version: int) -> bool:
+        """Publish ``plan`` if the published one is still at ``version`` (compare and
+        set); False when another member published first."""
+
 
 class LocalCoordinator:
     """In-process coordination: members and locks in a registry shared by root name."""
@@ -76,7 +87,7 @@ class LocalCoordinator:
     def __init__(self, root: str = "default") -> None:
         with self._guard:
             self._reg = self._registries.setdefault(
-                root, {"members": set(), "locks": {}, "counter": 0})
+                root, {"members": set(), "locks": {}, "counter": 0, "plan": (None, -1)})
         self.member_id = ""
 
     def start(self, member_id: str) -> None:
@@ -129,6 +140,17 @@ class LocalCoordinator:
         with self._guard:
             self._reg["members"].add(self.member_id)
 
+    def read_plan(self) -> tuple[Plan | None, int]:
+        with self._guard:
+            return self._reg["plan"]  # type: ignore[no-any-return]
+
+    def publish_plan(self, plan: Plan, version: int) -> bool:
+        with self._guard:
+            if self._reg["plan"][1] != version:
+                return False
+            self._reg["plan"] = (plan, version + 1)
+            return True
+
 
 class ZooKeeperCoordinator:
     def __init__(self, hosts: str, root: str, *, session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S,
@@ -143,6 +165,7 @@ class ZooKeeperCoordinator:
                                default_acl=self.security.acl(credentials),
                                connection_retry=RECONNECT)
         self.member_id = ""
+        self._plan: tuple[Plan | None, int] = (None, -1)
         self._locks: dict[int, Any] = {}
         self._tokens: dict[int, int] = {}
         self._lock = threading.Lock()
@@ -329,6 +352,35 @@ class ZooKeeperCoordinator:
             pass
         except Exception as exc:  # ConnectionLoss, a timeout of kazoo's handler
             raise StoreUnavailable(f"leaving the fleet failed: {exc!r}") from None
+
+    def read_plan(self) -> tuple[Plan | None, int]:
+        """Reads the node's version every call and its data only when that changed."""
+        path = f"{self.root}/assignment"
+        try:
+            stat = self.zk.exists(path)
+            if stat is None:
+                return None, -1
+            if stat.version != self._plan[1]:
+                data, stat = self.zk.get(path)
+                self._plan = (decode(data), stat.version)
+        except Exception as exc:  # ConnectionLoss, NoNode (deleted meanwhile), a timeout
+            raise StoreUnavailable(f"reading the fleet's shard assignment failed: {exc!r}") from None
+        return self._plan
+
+    def publish_plan(self, plan: Plan, version: int) -> bool:
+        from kazoo.exceptions import BadVersionError, NodeExistsError
+
+        path, data = f"{self.root}/assignment", encode(plan)
+        try:
+            if version < 0:
+                self.zk.create(path, data)
+            else:
+                self.zk.set(path, data, version=version)
+        except (BadVersionError, NodeExistsError):
+            return False
+        except Exception as exc:
+            raise StoreUnavailable(f"publishing the fleet's shard assignment failed: {exc!r}") from None
+        return True
 
     def join(self) -> None:
         from kazoo.exceptions import NodeExistsError

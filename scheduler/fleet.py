@@ -1,9 +1,13 @@
-"""A poller in a fleet: keeps the shards rendezvous hashing gives it over the live
-members, and only those.
+"""A poller in a fleet: keeps the shards the fleet's published plan gives it, and only
+those.
 
 Loop (every ``tick_s``): read the members; once they have been stable for ``debounce_s``,
-compute this member's shards over the live shard set (``assign.live_shards``: the latest
-layout's shards plus older layouts' shards not yet drained past their cutover). Shards no
+read the published plan (``plan.py``). When it is for other members or another live
+shard set (``assign.live_shards``: the latest layout's shards plus older layouts' shards
+not yet drained past their cutover), the leader (first member by name; any member after
+``LEADER_GRACE_S``) publishes the next one, ``assign.rebalance`` of the current: exactly
+balanced, moving only the share of who joined or left. While no plan for the current
+members is published, a member keeps what it holds and takes nothing. Shards no
 longer ours are handed over (in-flight rows finish, checkpoint, lock released); shards
 newly ours are taken as soon as their lock is free, with the lock node's czxid as the
 fencing token. A shard the poller lost (a fenced write was refused) or whose lock went
@@ -28,10 +32,11 @@ import logging
 import threading
 import time
 
-from .assign import assign, live_shards
+from .assign import live_shards
 from .coord import Coordinator
 from .errors import OwnershipLost, SchedulerError
 from .faults import FaultLog
+from .plan import next_plan
 from .poller import Poller, ShardState
 
 log = logging.getLogger("scheduler.fleet")
@@ -61,6 +66,7 @@ class Fleet:
         self._seen_members: list[str] = []
         self._members_since = 0.0
         self._settle_until = 0.0
+        self._stale_since: float | None = None
         self._stop = threading.Event()
         self.ended = threading.Event()
         self._thread: threading.Thread | None = None
@@ -127,7 +133,9 @@ class Fleet:
             return
         if self.poller.name not in members or time.monotonic() - self._members_since < self.debounce_s:
             return
-        mine = assign(self._live_shards(), members).get(self.poller.name, set())
+        mine = self._mine(members)
+        if mine is None:
+            return  # no plan for these members yet: keep what we hold, take nothing
         owned = poller.shards
         for shard in sorted(owned - mine):
             poller.release(shard)
@@ -145,6 +153,29 @@ class Fleet:
             except OwnershipLost as exc:
                 coord.release(shard)
                 log.warning("could not claim shard %d: %s", shard, exc, extra={"action": "claim_refused"})
+
+    def _mine(self, members: list[str]) -> set[int] | None:
+        """Our shards in the published plan for ``members``, after publishing a new
+        plan when it is our turn (``plan.next_plan``); None while no plan for these
+        members is published."""
+        coord, live = self.coord, self._live_shards()
+        current, version = coord.read_plan()
+        now = time.monotonic()
+        fresh = current is not None and current.members == tuple(members) and set(current.owners) == live
+        if fresh:
+            self._stale_since = None
+        elif self._stale_since is None:
+            self._stale_since = now
+        new = next_plan(current, members, live, self.poller.name, now - (self._stale_since or now))
+        if new is not None and coord.publish_plan(new, version):
+            moved = sum(1 for s, m in new.owners.items() if current is None or current.owners.get(s) != m)
+            log.info("published the shard assignment: %d members, %d shards, %d moved",
+                     len(new.members), len(new.owners), moved,
+                     extra={"action": "plan_published", "members": len(new.members), "moved": moved})
+            current, self._stale_since = new, None
+        if current is None or current.members != tuple(members):
+            return None
+        return current.shards_of(self.poller.name)
 
     def _store_gate(self) -> bool:
         """Step out of the fleet while the store stays unreachable, back in when it

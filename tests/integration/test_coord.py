@@ -89,3 +89,36 @@ def test_coordinator_urls():
     assert isinstance(open_coordinator(None), LocalCoordinator)
     with pytest.raises(ConfigError, match="unknown coordinator"):
         open_coordinator("etcd://x")
+
+
+@pytest.mark.parametrize("kind", ["local", "zookeeper"])
+def test_the_plan_is_published_by_compare_and_set(kind, request):
+    import uuid
+
+    from scheduler.coord import Coordinator
+    from scheduler.plan import Plan
+
+    a: Coordinator
+    b: Coordinator
+    if kind == "local":
+        root = f"plan-{uuid.uuid4().hex}"
+        a, b = LocalCoordinator(root), LocalCoordinator(root)
+        a.start("a")
+        b.start("b")
+    else:
+        root = request.getfixturevalue("zk_root")
+        a, b = coord(root, "a"), coord(root, "b")
+    try:
+        assert a.read_plan() == (None, -1)
+        one = Plan(("a", "b"), {0: "a", 1: "b"})
+        assert a.publish_plan(one, -1)
+        assert not b.publish_plan(Plan(("a", "b"), {0: "b", 1: "b"}), -1)
+        plan, version = b.read_plan()
+        assert plan == one and version >= 0
+        two = Plan(("a",), {0: "a", 1: "a"})
+        assert b.publish_plan(two, version)
+        assert not a.publish_plan(one, version), "a stale version is refused"
+        assert a.read_plan() == (two, version + 1)
+    finally:
+        a.stop()
+        b.stop()
