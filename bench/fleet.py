@@ -1,7 +1,8 @@
 """Fleet benchmarks: real poller processes, a real ZooKeeper and Cassandra.
 
 - ``shards_moved``: shards that change owner when one poller joins or leaves a fleet of
-  N = 2, 4, 8 (S = 64), from the assignment function the fleet runs.
+  N = 2, 4, 8 (S = 64), from the assignment function the fleet runs (``rebalance`` of
+  the published plan).
 - ``fleet_scaling``: throughput of 1, 2 and 4 pollers (concurrency 16 each) with a 10 ms
   I/O-bound handler, 64 shards. Goal: 4 pollers >= 3.5x one.
 - ``handover``: the longest pause of a shard (max lateness of jobs due just after the
@@ -26,23 +27,31 @@ from typing import Any
 
 from bench.common import drop, fresh_store, machine, report
 from scheduler import Client, JobSpec
-from scheduler.assign import assign
+from scheduler.assign import assign, rebalance
 
 
-def moved(before: dict[str, set[int]], after: dict[str, set[int]]) -> int:
-    where = {s: m for m, shards in before.items() for s in shards}
-    return sum(1 for m, shards in after.items() for s in shards if where.get(s) != m)
+def moved(before: dict[int, str], after: dict[int, str]) -> int:
+    return sum(1 for s, m in after.items() if before.get(s) != m)
 
 
 def shards_moved(shards: int = 64) -> dict[str, Any]:
+    """Moves of the fleet's ``rebalance`` from a settled plan, against the ideal S/N; the
+    old stateless ``assign`` (rendezvous with a load cap) alongside, for comparison."""
     out: dict[str, Any] = {"shards": shards}
     for n in (2, 4, 8):
         members = [f"poller-{i}" for i in range(n)]
-        base = assign(range(shards), members)
-        out[f"n{n}"] = {"join": moved(base, assign(range(shards), [*members, "joiner"])),
-                        "leave": moved(base, assign(range(shards), members[1:])),
+        base = rebalance({}, range(shards), members)
+        old = owners(assign(range(shards), members))
+        out[f"n{n}"] = {"join": moved(base, rebalance(base, range(shards), [*members, "joiner"])),
+                        "leave": moved(base, rebalance(base, range(shards), members[1:])),
+                        "old_assign_join": moved(old, owners(assign(range(shards), [*members, "joiner"]))),
+                        "old_assign_leave": moved(old, owners(assign(range(shards), members[1:]))),
                         "ideal_join": round(shards / (n + 1), 1), "ideal_leave": round(shards / n, 1)}
     return out
+
+
+def owners(plan: dict[str, set[int]]) -> dict[int, str]:
+    return {s: m for m, mine in plan.items() for s in mine}
 
 
 def start(url: str, zk: str, out: Path, *extra: str) -> subprocess.Popen[bytes]:

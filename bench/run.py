@@ -118,6 +118,8 @@ def run_all(args: argparse.Namespace, sizes: Sizes) -> tuple[dict[str, Any], dic
     tmp = Path(tempfile.mkdtemp(prefix="bench-"))
 
     def step(name: str, fn: Callable[[], dict[str, Any]]) -> None:
+        if args.only and name not in args.only:
+            return
         print(f"[bench] {name} ...", file=sys.stderr, flush=True)
         # Each benchmark starts on a quiet node: the compactions that an earlier one's
         # writes left behind otherwise load its figures (p99 lateness most of all).
@@ -182,6 +184,36 @@ def run_all(args: argparse.Namespace, sizes: Sizes) -> tuple[dict[str, Any], dic
     step("recurring", recurring)
     step("storage_steady_state", storage)
 
+    backlog_keys = {"poll_cost_backlog", "poller_rss_backlog", "peer_postgres"}
+    if not args.only or backlog_keys & args.only:
+        _backlog_steps(args, sizes, series, step)
+
+    def scaling() -> dict[str, Any]:
+        r = fleet_bench.fleet_scaling(args.host, args.zk, sizes.fleet_jobs, tmp)
+        series["fleet"] = {n: r[f"pollers_{n}_jobs_per_s"] for n in (1, 2, 4)}
+        return entry(r["pollers_4_jobs_per_s"], "jobs/s", r["pollers_1_jobs_per_s"], "one poller",
+                     "ratio >= 3.5", r["met"], r)
+
+    def handover() -> dict[str, Any]:
+        r = fleet_bench.handover(args.host, args.zk, tmp, sizes.handover_s)
+        return entry(r["kill_9_pause_s"], "s (kill -9 pause)", r["planned_leave_pause_s"],
+                     "planned leave pause", "reported", None, r)
+
+    def shards_moved() -> dict[str, Any]:
+        r = fleet_bench.shards_moved()
+        n4 = r["n4"]
+        return entry(n4["join"], "shards moved (N=4 join, S=64)", n4["ideal_join"], "ideal S/(N+1)",
+                     "about S/N", None, r)
+
+    step("fleet_scaling", scaling)
+    step("handover", handover)
+    step("shards_moved", shards_moved)
+    return results, series
+
+
+def _backlog_steps(args: argparse.Namespace, sizes: Sizes, series: dict[str, Any],
+                   step: Callable[[str, Callable[[], dict[str, Any]]], None]) -> None:
+    """The steps that need the far-future backlog (loaded once, dropped after)."""
     # One store holds the far-future backlog for poll cost, RSS and the peer's far set.
     empty = fresh_store(args.host, "bench_empty", SHARDS)
     full = fresh_store(args.host, "bench_backlog", SHARDS)
@@ -215,28 +247,6 @@ def run_all(args: argparse.Namespace, sizes: Sizes) -> tuple[dict[str, Any], dic
         for st in (empty, full):
             drop(st)
             st.close()
-
-    def scaling() -> dict[str, Any]:
-        r = fleet_bench.fleet_scaling(args.host, args.zk, sizes.fleet_jobs, tmp)
-        series["fleet"] = {n: r[f"pollers_{n}_jobs_per_s"] for n in (1, 2, 4)}
-        return entry(r["pollers_4_jobs_per_s"], "jobs/s", r["pollers_1_jobs_per_s"], "one poller",
-                     "ratio >= 3.5", r["met"], r)
-
-    def handover() -> dict[str, Any]:
-        r = fleet_bench.handover(args.host, args.zk, tmp, sizes.handover_s)
-        return entry(r["kill_9_pause_s"], "s (kill -9 pause)", r["planned_leave_pause_s"],
-                     "planned leave pause", "reported", None, r)
-
-    def shards_moved() -> dict[str, Any]:
-        r = fleet_bench.shards_moved()
-        n4 = r["n4"]
-        return entry(n4["join"], "shards moved (N=4 join, S=64)", n4["ideal_join"], "ideal S/(N+1)",
-                     "about S/N", None, r)
-
-    step("fleet_scaling", scaling)
-    step("handover", handover)
-    step("shards_moved", shards_moved)
-    return results, series
 
 
 def plots(out: Path, series: dict[str, Any]) -> list[str]:
@@ -349,6 +359,8 @@ def main() -> None:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--zk", default="127.0.0.1:2181")
     ap.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5433/bench")
+    ap.add_argument("--only", type=lambda v: set(v.split(",")), default=set(),
+                    help="run only these report keys, comma-separated (e.g. lateness_due_now)")
     args = ap.parse_args()
     sizes = QUICK if args.quick else FULL
     out = Path(args.out)
@@ -356,7 +368,8 @@ def main() -> None:
     t0 = time.monotonic()
     report: dict[str, Any] = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"), "quick": args.quick,
-        "command": "ops/bench" + (" --quick" if args.quick else "") + f" --out {args.out}",
+        "command": "ops/bench" + (" --quick" if args.quick else "") + f" --out {args.out}"
+                   + (f" --only {','.join(sorted(args.only))}" if args.only else ""),
         "machine": machine_facts(), "versions": versions(args.host, args.zk, args.pg),
         "sizes": sizes.__dict__}
     results, series = run_all(args, sizes)
