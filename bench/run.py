@@ -21,14 +21,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench import capacity
 from bench import due_now as due_now_bench
 from bench import enqueue as enqueue_bench
 from bench import enqueue_async as enqueue_async_bench
 from bench import fleet as fleet_bench
+from bench import fleetsim as fleet_sim
 from bench import peer as peer_bench
 from bench import poller as poller_bench
 from bench import recurring as recurring_bench
 from bench import storage as storage_bench
+from bench import zkmodel as zkmodel_bench
 from bench.common import drop, fresh_store, settle
 
 SHARDS = poller_bench.SHARDS
@@ -51,10 +54,11 @@ class Sizes:
     storage: tuple[int, int, int]  # jobs/s, retention s, minutes
     enqueue_async_jobs: int = 100_000
     due_now_s: int = 60
+    sim_restarts: int | None = None  # fleetsim's rolling restart: how many members (None: all 1,000)
 
 
 QUICK = Sizes(10_000, 2, 1_000_000, 50_000, 3, 10, 15, 8_000, 24, 100_000, 20.0, 10_000, (500, 30, 3),
-              20_000, 15)
+              20_000, 15, 100)
 FULL = Sizes(20_000, 3, 10_000_000, 100_000, 5, 30, 30, 24_000, 45, 1_000_000, 120.0, 100_000,
              (1000, 120, 10))
 
@@ -208,6 +212,34 @@ def run_all(args: argparse.Namespace, sizes: Sizes) -> tuple[dict[str, Any], dic
     step("fleet_scaling", scaling)
     step("handover", handover)
     step("shards_moved", shards_moved)
+
+    def fleetsim() -> dict[str, Any]:
+        zk = zkmodel_bench.zkmodel(args.zk, 100, 16384)
+        measured: dict[str, Any] = {}
+        if "handover" in results:
+            h = results["handover"]["details"]
+            measured.update(planned_leave_pause_s=h["planned_leave_pause_s"],
+                            kill_9_pause_s=h["kill_9_pause_s"])
+        if "shards_moved" in results:
+            n4 = results["shards_moved"]["details"]["n4"]
+            measured.update(moves_n4_join=n4["join"], moves_n4_leave=n4["leave"])
+        r = fleet_sim.fleetsim(1000, 16384, zk=zk, measured=measured or None, restarts=sizes.sim_restarts)
+        return entry(r["moves_ratio_max"], "x ideal S/N (shards moved per join or leave, N=1,000, S=16,384)",
+                     1.0, "the ideal S/N", "moves <= 1.1x and compute < 100 ms", r["met"],
+                     {**r, "zkmodel": zk})
+
+    step("fleetsim", fleetsim)
+
+    def capacity_model() -> dict[str, Any]:
+        inputs, measured = capacity.from_report({"results": results})
+        r = capacity.check(inputs, measured)
+        seed = capacity.plan(inputs, capacity.Target())
+        return entry(r["max_abs_error"], "max |error| of the model's fleet throughput (1, 2, 4 pollers)",
+                     None, "fleet_scaling's measured points", "reported", None,
+                     {**r, "inputs": inputs.__dict__, "seed_002": seed})
+
+    if "fleet_scaling" in results and "fire_throughput" in results:
+        step("capacity_model_error", capacity_model)
     return results, series
 
 

@@ -67,6 +67,10 @@ class Fleet:
         self._members_since = 0.0
         self._settle_until = 0.0
         self._stale_since: float | None = None
+        self._awaiting_plan = False
+        # (plan version, members, live set generation) of the last fresh plan, and our shards in it
+        self._live_gen = 0
+        self._fresh: tuple[tuple[int, tuple[str, ...], int] | None, set[int]] = (None, set())
         self._stop = threading.Event()
         self.ended = threading.Event()
         self._thread: threading.Thread | None = None
@@ -95,14 +99,18 @@ class Fleet:
                 self._fault.ok()
             except SchedulerError as exc:
                 self._fault.failed(exc)  # once, then a summary every 30 s
-            self._stop.wait(self.tick_s)
+            # Waiting for the leader's plan: look again soon, so that a hand-over does
+            # not wait a whole extra tick for it (only during a change: one exists()).
+            self._stop.wait(self.tick_s / 5 if self._awaiting_plan else self.tick_s)
 
     def _live_shards(self) -> set[int]:
         now = time.monotonic()
         if now - self._live_at >= self.live_refresh_s or not self._live:
             store = self.poller.store
             drained = {c.shard: c.drained for c in store.checkpoints()}
-            self._live = live_shards(store.layouts(), drained, self.poller.meta.bucket_width_s)
+            live = live_shards(store.layouts(), drained, self.poller.meta.bucket_width_s)
+            if live != self._live:
+                self._live, self._live_gen = live, self._live_gen + 1
             self._live_at = now
         return self._live
 
@@ -134,6 +142,7 @@ class Fleet:
         if self.poller.name not in members or time.monotonic() - self._members_since < self.debounce_s:
             return
         mine = self._mine(members)
+        self._awaiting_plan = mine is None
         if mine is None:
             return  # no plan for these members yet: keep what we hold, take nothing
         owned = poller.shards
@@ -160,11 +169,16 @@ class Fleet:
         members is published."""
         coord, live = self.coord, self._live_shards()
         current, version = coord.read_plan()
+        key = (version, tuple(members), self._live_gen)
+        if key == self._fresh[0]:
+            return self._fresh[1]  # nothing changed: skip the O(S) comparisons
         now = time.monotonic()
         fresh = current is not None and current.members == tuple(members) and set(current.owners) == live
-        if fresh:
+        if fresh and current is not None:
             self._stale_since = None
-        elif self._stale_since is None:
+            self._fresh = (key, current.shards_of(self.poller.name))
+            return self._fresh[1]
+        if self._stale_since is None:
             self._stale_since = now
         new = next_plan(current, members, live, self.poller.name, now - (self._stale_since or now))
         if new is not None and coord.publish_plan(new, version):

@@ -8,15 +8,19 @@ znode's version), the others follow what is published. Ownership itself stays wi
 shard locks and their fencing tokens: two members that briefly disagree about the plan
 only contend for a lock; neither fires a shard it does not hold.
 
-Encoding: zlib-compressed JSON ``{"v": 1, "members": [...], "runs": [[first, count,
-member index], ...]}`` (runs of consecutive shards with one owner). 16,384 shards over
-1,000 members is about 30 KB, under ZooKeeper's 1 MB node limit.
+Encoding, zlib-compressed: a JSON line ``{"v": 1, "members": [...], "shards": [[first,
+count], ...], "code": "H"}`` then each shard's owner as an index into ``members``
+(unsigned 16-bit little-endian; 32-bit past 65,535 members). 16,384 shards over 1,000
+members is about 30 KB, under ZooKeeper's 1 MB node limit; every member reads it once
+per change.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import zlib
+from array import array
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -38,15 +42,20 @@ class Plan:
 
 def encode(plan: Plan) -> bytes:
     index = {m: i for i, m in enumerate(plan.members)}
-    runs: list[list[int]] = []
-    for shard in sorted(plan.owners):
-        who = index[plan.owners[shard]]
-        if runs and runs[-1][0] + runs[-1][1] == shard and runs[-1][2] == who:
-            runs[-1][1] += 1
+    shards = sorted(plan.owners)
+    spans: list[list[int]] = []
+    for shard in shards:
+        if spans and spans[-1][0] + spans[-1][1] == shard:
+            spans[-1][1] += 1
         else:
-            runs.append([shard, 1, who])
-    doc = {"v": 1, "members": list(plan.members), "runs": runs}
-    return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 6)
+            spans.append([shard, 1])
+    code = "H" if len(plan.members) < 1 << 16 else "I"
+    owners = array(code, (index[plan.owners[s]] for s in shards))
+    if sys.byteorder != "little":
+        owners.byteswap()
+    head = json.dumps({"v": 1, "members": list(plan.members), "shards": spans, "code": code},
+                      separators=(",", ":")).encode()
+    return zlib.compress(head + b"\n" + owners.tobytes(), 6)
 
 
 def decode(data: bytes) -> Plan | None:
@@ -55,14 +64,21 @@ def decode(data: bytes) -> Plan | None:
     if not data:
         return None
     try:
-        doc = json.loads(zlib.decompress(data))
+        head, _, body = zlib.decompress(data).partition(b"\n")
+        doc = json.loads(head)
         if doc.get("v") != 1:
             return None
         members = tuple(str(m) for m in doc["members"])
-        owners = {first + k: members[who] for first, count, who in doc["runs"] for k in range(count)}
+        owners = array(doc["code"])
+        owners.frombytes(body)
+        if sys.byteorder != "little":
+            owners.byteswap()
+        shards = [first + k for first, count in doc["shards"] for k in range(count)]
+        if len(shards) != len(owners):
+            return None
+        return Plan(members, {s: members[i] for s, i in zip(shards, owners, strict=True)})
     except (ValueError, KeyError, TypeError, IndexError, zlib.error):
         return None
-    return Plan(members, owners)
 
 
 def next_plan(current: Plan | None, members: Iterable[str], live: Iterable[int], me: str,

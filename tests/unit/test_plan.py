@@ -20,8 +20,8 @@ def test_encoding_round_trips_and_is_small_at_scale():
 def test_unreadable_data_is_no_plan():
     assert decode(b"") is None
     assert decode(b"not zlib") is None
-    assert decode(zlib.compress(b'{"v": 2, "members": [], "runs": []}')) is None
-    assert decode(zlib.compress(b'{"v": 1, "members": ["a"], "runs": [[0, 1, 5]]}')) is None
+    assert decode(zlib.compress(b'{"v": 2, "members": [], "shards": []}\n')) is None
+    assert decode(zlib.compress(b'{"v": 1, "members": ["a"], "shards": [[0, 1]], "code": "H"}\n\x05\x00')) is None
 
 
 def test_the_leader_publishes_at_once_and_the_others_only_after_the_grace():
