@@ -76,12 +76,13 @@ def zkmodel(zk_hosts: str, sessions: int = 100, locks: int = 16384) -> dict[str,
     root = f"/bench-zkmodel-{uuid.uuid4().hex[:8]}"
     coords: list[ZooKeeperCoordinator] = []
     try:
+        def member(i: int) -> None:
+            c = ZooKeeperCoordinator(zk_hosts, root, session_timeout_s=SESSION_TIMEOUT_S)
+            c.start(f"member-{i:04d}")
+            coords.append(c)  # list.append is atomic: the finally below stops every one started
         with ThreadPoolExecutor(16) as pool:
-            def member(i: int) -> ZooKeeperCoordinator:
-                c = ZooKeeperCoordinator(zk_hosts, root, session_timeout_s=SESSION_TIMEOUT_S)
-                c.start(f"member-{i:04d}")
-                return c
-            coords = list(pool.map(member, range(sessions)))
+            list(pool.map(member, range(sessions)))
+        coords.sort(key=lambda c: c.member_id)
         first = coords[0]
         zk = first.zk
         members_read = _median_s(first.members, 200)
