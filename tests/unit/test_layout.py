@@ -69,7 +69,7 @@ def test_resize_must_follow_the_latest_layout():
         _resize(8, NOW_MS + 3_600_000, lays)
 
 
-@pytest.mark.parametrize("count", [0, -1, 4097])
+@pytest.mark.parametrize("count", [0, -1, 16385])
 def test_resize_rejects_bad_counts(count):
     with pytest.raises(InvalidInput):
         _resize(count, NOW_MS + 3_600_000)
