@@ -278,6 +278,11 @@ def run(
                                    "cannot be split between processes)")
             load_app(handler, app_)  # a handler that does not import fails here, once
             settings = Settings.from_env()
+            if not (coordinator or settings.coordinator or "local").startswith("zookeeper:"):
+                # Local coordination lives inside one process: N of them would each own
+                # every shard.
+                raise InvalidInput("--processes needs a ZooKeeper fleet: pass --coordinator "
+                                   "zookeeper://HOST:PORT/ROOT (or set SCHEDULER_COORDINATOR)")
             argv = sys.argv[sys.argv.index("run") + 1:]
             raise typer.Exit(supervise(count, argv, metrics_address or settings.metrics_address,
                                        settings.notify_address or "off", name,

@@ -197,8 +197,9 @@ def supervise(count: int, argv: Sequence[str], metrics_address: str, notify_addr
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: sup.stop.set())
-    say(f"supervising {count} pollers (pid {os.getpid()}); metrics from "
-        f"{offset_address(metrics_address, 0)} up")
+    first, last = offset_address(metrics_address, 0), offset_address(metrics_address, count - 1)
+    ports = "metrics off" if metrics_address == "off" else f"metrics on {first} to {last}"
+    say(f"supervising {count} pollers (pid {os.getpid()}); {ports}")
     code = sup.run()
     say(f"supervisor stopped: exit {code} after {sup.restarts} restarts")
     return code

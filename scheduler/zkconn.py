@@ -32,10 +32,12 @@ def kazoo_client(hosts: str, timeout_s: float, credentials: str | None, security
 
 def heal_acls(zk: Any, root: str, acl: list[Any] | None) -> None:
     """Give the fleet's long-lived znodes ``acl`` where they lack it (a reader id added to
-    SCHEDULER_ZK_READERS after they were created). Three reads when nothing changed."""
+    SCHEDULER_ZK_READERS after they were created). Four or five reads when nothing changed."""
     if not acl:
         return
     paths = [root, f"{root}/members", f"{root}/locks"]
+    if zk.exists(f"{root}/assignment"):  # the published plan (plan.py), a persistent node
+        paths.append(f"{root}/assignment")
     if all(set(zk.get_acls(p)[0]) == set(acl) for p in paths):
         return
     for lock in [f"{root}/locks/{name}" for name in zk.get_children(f"{root}/locks")]:

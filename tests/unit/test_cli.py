@@ -186,3 +186,14 @@ def test_retention_is_set_changed_and_shown(store):
     assert "retention: jobs 3d" in run("status", store=store).stdout
     missing = run("get", "nope", store=store)
     assert missing.returncode == 1 and "unknown, or expired" in missing.stderr
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--processes", "2"], "--processes needs a ZooKeeper fleet"),
+    (["--processes", "-1"], "--processes must be >= 0"),
+    (["--processes", "2", "--shards", "0-3"], "--processes needs a fleet: drop --shards"),
+])
+def test_run_refuses_processes_it_cannot_split(store, extra, message):
+    res = run("run", "--handler", "tests.handlers:record", "--metrics-address", "off", *extra, store=store)
+    assert res.returncode == 1
+    assert message in res.stderr and res.stderr.count("\n") == 1, res.stderr
