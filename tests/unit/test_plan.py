@@ -21,7 +21,8 @@ def test_unreadable_data_is_no_plan():
     assert decode(b"") is None
     assert decode(b"not zlib") is None
     assert decode(zlib.compress(b'{"v": 2, "members": [], "shards": []}\n')) is None
-    assert decode(zlib.compress(b'{"v": 1, "members": ["a"], "shards": [[0, 1]], "code": "H"}\n\x05\x00')) is None
+    bad_index = b'{"v": 1, "members": ["a"], "shards": [[0, 1]], "code": "H"}\n\x05\x00'
+    assert decode(zlib.compress(bad_index)) is None
 
 
 def test_the_leader_publishes_at_once_and_the_others_only_after_the_grace():
