@@ -1,4 +1,5 @@
-"""The operators' commands: ``lag``, ``status``, ``inspect``, ``forecast``, ``exporter``.
+"""The operators' commands: ``lag``, ``status``, ``inspect``, ``forecast``, ``exporter``,
+``audit``.
 
 They read the store (and ZooKeeper when the coordinator is one), never a poller, so they
 work with the whole fleet down. Registered on the app of ``scheduler.cli_common``.
@@ -276,3 +277,52 @@ def exporter(
     stop.wait()
     exp.stop()
     st.close()
+
+
+@app.command()
+def audit(
+    from_: Annotated[str | None, typer.Option(
+        "--from", help="ISO time (default: the start of the last closed hour).")] = None,
+    to: Annotated[str | None, typer.Option(
+        help="ISO time (default: now with --from, else the end of the last closed hour).")] = None,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Count every job of each bucket and shard in the range by outcome, and flag lost
+    ones (pending rows behind their shard's checkpoint). Exit 2 when any is found."""
+    import sys
+
+    from rich.progress import Progress
+
+    from .audit import audit as run_audit
+    from .cli_common import parse_at
+    from .clock import SystemClock
+    from .keys import to_ms
+
+    with errors():
+        now = SystemClock().now_ms()
+        hour_ms = 3_600_000
+        start = to_ms(parse_at(from_)) if from_ else (now // hour_ms - 1) * hour_ms
+        end = to_ms(parse_at(to)) if to else (now if from_ else start + hour_ms - 1)
+        if end < start:
+            raise InvalidInput("--to is before --from; give a range forwards in time")
+        st, _ = _open(store, None)
+        try:
+            with Progress(disable=as_json or not sys.stderr.isatty(), transient=True) as bar:
+                task = bar.add_task("auditing partitions", total=None)
+                report = run_audit(st, start, end, lambda done, total: bar.update(task, completed=done,
+                                                                                  total=total))
+        finally:
+            st.close()
+    data = report.as_dict()
+
+    def human() -> None:
+        t = data["totals"]
+        typer.echo(f"{data['partitions']} partitions: " + ", ".join(f"{k} {v}" for k, v in t.items()))
+        for v in data["violations"]:
+            typer.echo(f"VIOLATION bucket {v['bucket']} shard {v['shard']} job {v['job_id']!r}: "
+                       f"{v['reason']}")
+
+    emit(data, as_json, human)
+    if report.violations:
+        raise typer.Exit(2)

@@ -197,3 +197,33 @@ def test_run_refuses_processes_it_cannot_split(store, extra, message):
     res = run("run", "--handler", "tests.handlers:record", "--metrics-address", "off", *extra, store=store)
     assert res.returncode == 1
     assert message in res.stderr and res.stderr.count("\n") == 1, res.stderr
+
+
+def test_audit_exits_2_on_a_lost_job_and_0_otherwise(store):
+    from scheduler.keys import bucket_of_ms
+    from scheduler.model import Job
+    from scheduler.progress import Checkpoint
+    from scheduler.store import open_store
+
+    t0 = 1_800_000_000_000
+    window = ["--from", "2027-01-15T08:00:00Z", "--to", "2027-01-15T08:01:00Z"]
+    res = run("audit", *window, "--json", store=store)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["violations"] == []
+    st = open_store(store)
+    try:
+        bucket = bucket_of_ms(t0, st.meta().bucket_width_s)
+        st.claim_shard(0, "p0", 5, bucket - 60, t0)
+        st.save_checkpoint(0, 5, Checkpoint(bucket), t0 + 61_000)
+        st.insert_many([Job(job_id="lost", kind="k", data=b"{}", data_json=True, due_ms=t0 + 1000,
+                            fire_ms=t0 + 1000, bucket=bucket, shard=0)])
+    finally:
+        st.close()
+    res = run("audit", *window, "--json", store=store)
+    assert res.returncode == 2
+    out = json.loads(res.stdout)
+    assert [v["job_id"] for v in out["violations"]] == ["lost"] and out["totals"]["pending"] == 1
+    human = run("audit", *window, store=store)
+    assert human.returncode == 2 and "VIOLATION" in human.stdout and "'lost'" in human.stdout
+    bad = run("audit", "--from", "2027-01-15T08:00:00Z", "--to", "2027-01-15T07:00:00Z", store=store)
+    assert bad.returncode == 1 and "--to is before --from" in bad.stderr
