@@ -108,7 +108,7 @@ def audit(store: Store, from_ms: int, to_ms: int,
     report = AuditReport(first, last)
     for i in range(0, len(parts), PARTS_AT_ONCE):
         chunk = parts[i:i + PARTS_AT_ONCE]
-        for (bucket, shard), rows in zip(chunk, _read_all(store, chunk), strict=True):
+        for (bucket, shard), rows in zip(chunk, read_partitions(store, chunk), strict=True):
             report.partitions.append(_count(store, bucket, shard, rows, checkpoints.get(shard), width,
                                             report.violations))
         if progress is not None:
@@ -116,7 +116,7 @@ def audit(store: Store, from_ms: int, to_ms: int,
     return report
 
 
-def _read_all(store: Store, parts: Sequence[tuple[int, int]]) -> list[list[Job]]:
+def read_partitions(store: Store, parts: Sequence[tuple[int, int]]) -> list[list[Job]]:
     """Every row of each partition: all at once, then page by page the full ones."""
     found = store.read_buckets([(b, s, None, 2**62) for b, s in parts], PAGE_ROWS)
     out = []

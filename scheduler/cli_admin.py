@@ -1,4 +1,5 @@
-"""The shard-layout and dead-letter commands: ``shards show|resize``, ``dead list|replay``.
+"""The shard-layout, dead-letter and re-fire commands: ``shards show|resize``, ``dead list|replay``,
+``refire``.
 Registered on the app of ``scheduler.cli_common``."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from .cli_common import JsonOpt, StoreOpt, client_for, dead_app, emit, errors, parse_at, shards_app
+from .cli_common import JsonOpt, StoreOpt, app, client_for, dead_app, emit, errors, parse_at, shards_app
 from .errors import InvalidInput
 
 # --- shards -----------------------------------------------------------------------------
@@ -118,3 +119,54 @@ def dead_replay(
             client.close()
     emit({"replayed": [j.job_id for j in jobs]}, as_json,
          lambda: typer.echo(f"replayed {len(jobs)} jobs"))
+
+
+# --- re-fire ----------------------------------------------------------------------------
+
+
+@app.command()
+def refire(
+    from_: Annotated[str, typer.Option("--from", help="Start of the window of firings (ISO time).")],
+    to: Annotated[str, typer.Option(help="End of the window (ISO time).")],
+    kind: Annotated[str | None, typer.Option(help="Only jobs of this kind.")] = None,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Show what would be sent; write nothing.")] = False,
+    lookback: Annotated[str, typer.Option(
+        help="How late a job may have fired in the window and still be found: the scan reads "
+             "buckets this far before --from.")] = "1h",
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Schedule again every job whose firing was recorded in the window, to fire at once
+    (same kind and payload; id refire:<window>:<old id>). Running it twice fires once."""
+    import sys
+
+    from rich.progress import Progress
+
+    from . import refire as rf
+    from .keys import to_ms
+    from .retention import parse_duration
+
+    with errors():
+        start, end = to_ms(parse_at(from_)), to_ms(parse_at(to))
+        if end < start:
+            raise InvalidInput("--to is before --from; give a window forwards in time")
+        lookback_s = parse_duration(lookback, "--lookback")
+        client = client_for(store)
+        try:
+            with Progress(disable=as_json or not sys.stderr.isatty(), transient=True) as bar:
+                task = bar.add_task("finding firings", total=None)
+                found = rf.fired_in_window(client.store, start, end, kind, lookback_s,
+                                           lambda done, total: bar.update(task, completed=done, total=total))
+                specs = rf.specs(found, (start, end))
+                if not dry_run and specs:
+                    send = bar.add_task("re-firing", total=len(specs))
+                    client.schedule_many(specs, progress=lambda n: bar.advance(send, n))
+        finally:
+            client.close()
+    by_kind = rf.counts_by_kind(found)
+    data = {"dry_run": dry_run, "window": [from_, to], "count": len(specs), "by_kind": by_kind,
+            "jobs": [s.job_id for s in specs]}
+    emit(data, as_json, lambda: typer.echo(
+        f"{'would re-fire' if dry_run else 're-fired'} {len(specs)} jobs: "
+        + (", ".join(f"{k} {n}" for k, n in by_kind.items()) or "none")))

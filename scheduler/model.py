@@ -109,8 +109,20 @@ class Job(NamedTuple):
             "attempts": self.attempts,
             "fired_at": None if self.fired_at is None else self.fired_at.isoformat(),
             "last_error": self.last_error,
+            "refired_from": refired_from(self.job_id),
         }
 
+
+
+# Ids of re-fired jobs (``scheduler refire``): refire:<from ms>-<to ms>:<old id>.
+REFIRE_RE = re.compile(r"^refire:(\d+)-(\d+):(.+)$", re.S)
+
+
+def refired_from(job_id: str) -> str | None:
+    """The id a re-fired job came from (``#<hash>`` when the old id was too long to
+    keep); None for any other job."""
+    m = REFIRE_RE.match(job_id)
+    return m.group(3) if m else None
 
 
 def parse_occurrence(job_id: str) -> tuple[str, int, int] | None:

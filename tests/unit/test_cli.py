@@ -227,3 +227,33 @@ def test_audit_exits_2_on_a_lost_job_and_0_otherwise(store):
     assert human.returncode == 2 and "VIOLATION" in human.stdout and "'lost'" in human.stdout
     bad = run("audit", "--from", "2027-01-15T08:00:00Z", "--to", "2027-01-15T07:00:00Z", store=store)
     assert bad.returncode == 1 and "--to is before --from" in bad.stderr
+
+
+def test_refire_a_window_dry_run_then_twice_fires_once(store):
+    from datetime import UTC, datetime, timedelta
+
+    from scheduler.client import Client
+
+    now = datetime.now(UTC)
+    client = Client(store)
+    try:
+        jobs = client.schedule_many([
+            {"id": "r1", "at": (now - timedelta(seconds=30)).isoformat(), "kind": "email",
+             "payload": {"a": 1}},
+            {"id": "r2", "at": (now - timedelta(seconds=20)).isoformat(), "kind": "sms"}])
+        client.store.record_fired(jobs, int(now.timestamp() * 1000))
+    finally:
+        client.close()
+    window = ["--from", (now - timedelta(minutes=1)).isoformat(),
+              "--to", (now + timedelta(minutes=1)).isoformat()]
+    dry = json.loads(run("refire", *window, "--dry-run", "--json", store=store).stdout)
+    assert dry["count"] == 2 and dry["by_kind"] == {"email": 1, "sms": 1}
+    assert run("get", dry["jobs"][0], store=store).returncode == 1  # a dry run writes nothing
+    first = run("refire", *window, "--json", store=store)
+    assert first.returncode == 0, first.stderr
+    again = json.loads(run("refire", *window, "--json", store=store).stdout)
+    assert again["jobs"] == json.loads(first.stdout)["jobs"] == dry["jobs"]
+    got = json.loads(run("get", dry["jobs"][0], "--json", store=store).stdout)
+    assert got["refired_from"] == "r1" and got["kind"] == "email" and got["status"] == "pending"
+    only = json.loads(run("refire", *window, "--kind", "sms", "--dry-run", "--json", store=store).stdout)
+    assert only["by_kind"] == {"sms": 1}
