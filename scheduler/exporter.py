@@ -20,6 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from .clock import Clock
 from .errors import SchedulerError
 from .fleetview import FleetSnapshot
+from .metrics import add_process_metrics
 from .observe import ShardLag, lag_report
 from .store.base import Store
 
@@ -32,6 +33,7 @@ class LagExporter:
                  interval_s: float = 15.0) -> None:
         self.store, self.clock, self.read_fleet, self.interval_s = store, clock, fleet, interval_s
         self.registry = CollectorRegistry()
+        add_process_metrics(self.registry)
         self._rows: list[ShardLag] = []
         self._members: int | None = None
         self._shard_count = 0
@@ -136,13 +138,19 @@ class LagExporter:
                                    labels=["shard"])
         owned = GaugeMetricFamily("scheduler_shard_owned", "1 when some poller holds the shard",
                                   labels=["shard"])
+        overdue = GaugeMetricFamily(
+            "scheduler_shard_oldest_due_seconds",
+            "Age of the shard's oldest job that is due and not fired (0: none); grows when "
+            "no poller fires the shard", labels=["shard"])
         for r in rows:
             label = [str(r.shard)]
             lag.add_metric(label, max(0.0, now_s - r.drained_until_ms / 1000))
             backlog.add_metric(label, r.backlog)
             capped.add_metric(label, 1 if r.backlog_capped else 0)
             owned.add_metric(label, 1 if r.owner else 0)
-        yield from (lag, backlog, capped, owned)
+            age = 0.0 if r.oldest_due_ms is None else max(0.0, now_s - r.oldest_due_ms / 1000)
+            overdue.add_metric(label, age)
+        yield from (lag, backlog, capped, owned, overdue)
         yield GaugeMetricFamily("scheduler_layout_shards", "Shard count of the latest layout",
                                 value=shard_count)
         if members is not None:

@@ -7,7 +7,14 @@ import contextlib
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
 from prometheus_client.core import HistogramMetricFamily, Metric
 
 from .errors import ConfigError
@@ -40,9 +47,17 @@ class BatchHistogram:
         yield HistogramMetricFamily(self.name, self.doc, buckets=cumulative, sum_value=self.total)
 
 
+def add_process_metrics(registry: CollectorRegistry) -> None:
+    """CPU, memory, open files and start time of this process (``process_*``) and the
+    Python version (``python_info``): a custom registry lacks the default collectors."""
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+
+
 class PollerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         r = self.registry = registry or CollectorRegistry()
+        add_process_metrics(r)
         self.fired = Counter("scheduler_jobs_fired", "Jobs fired, by kind", ["kind"], registry=r)
         self.lateness = BatchHistogram("scheduler_fire_lateness_seconds", "Handler start minus due time",
                                        LATENESS_BUCKETS, r)

@@ -40,11 +40,13 @@ class ShardLag:
     backlog: int
     backlog_capped: bool
     updated_ms: int | None
+    oldest_due_ms: int | None = None  # the oldest of the backlog's jobs (when it should fire)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["drained_until"] = from_ms(self.drained_until_ms).isoformat()
         out["updated_at"] = None if self.updated_ms is None else from_ms(self.updated_ms).isoformat()
+        out["oldest_due_at"] = None if self.oldest_due_ms is None else from_ms(self.oldest_due_ms).isoformat()
         return out
 
 
@@ -80,10 +82,13 @@ def lag_report(store: Store, now_ms: int, fleet: FleetSnapshot | None = None,
                 parts.append((bucket, shard, after, now_ms))
                 owner_of.append(shard)
     backlog: dict[int, int] = defaultdict(int)
+    oldest: dict[int, int] = {}
     for i in range(0, len(parts), COUNT_CHUNK):
-        for shard, n in zip(owner_of[i:i + COUNT_CHUNK], store.count_pending(parts[i:i + COUNT_CHUNK]),
-                            strict=True):
+        for shard, (n, first_ms) in zip(owner_of[i:i + COUNT_CHUNK],
+                                        store.pending(parts[i:i + COUNT_CHUNK]), strict=True):
             backlog[shard] += n
+            if first_ms is not None and (shard not in oldest or first_ms < oldest[shard]):
+                oldest[shard] = first_ms
     rows = []
     for shard in shards:
         cp = saved.get(shard)
@@ -92,7 +97,8 @@ def lag_report(store: Store, now_ms: int, fleet: FleetSnapshot | None = None,
         owner = fleet.owners.get(shard) if fleet is not None else (cp.owner if cp else None)
         end_ms = (drained + width) * 1000
         rows.append(ShardLag(shard, owner, end_ms, round(max(0.0, (now_ms - end_ms) / 1000), 3),
-                             backlog[shard], shard in capped, cp.updated_ms if cp else None))
+                             backlog[shard], shard in capped, cp.updated_ms if cp else None,
+                             oldest.get(shard)))
     rows.sort(key=lambda r: (-r.lag_s, -r.backlog, r.shard))
     return rows
 

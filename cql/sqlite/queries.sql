@@ -77,7 +77,7 @@ WHERE shard = ? AND owner_epoch = ? AND bucket <= ?;
 UPDATE checkpoints SET owner = NULL, updated_at = ? WHERE shard = ? AND owner_epoch = ?;
 
 -- name: count_bucket_pending
-SELECT count(*) FROM jobs_by_bucket
+SELECT count(*), min(fire_at) FROM jobs_by_bucket
 WHERE bucket = ? AND shard = ? AND (fire_at, job_id) > (?, ?) AND fire_at <= ? AND fired_at IS NULL;
 
 -- name: select_fired_at

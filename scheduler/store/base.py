@@ -225,11 +225,16 @@ class Store(ABC):
         first error raises and no result is returned."""
         return [self.read_bucket(b, s, after, until, limit) for b, s, after, until in parts]
 
-    @abstractmethod
     def count_pending(self, parts: Sequence[PartRange]) -> list[int]:
         """For each ``(bucket, shard, after, until_ms)``: how many rows of that partition,
         strictly after the key ``after`` (None: from the start) and with ``fire_ms <=
         until_ms``, are not fired yet. Read-only; many partitions are read at once."""
+        return [n for n, _ in self.pending(parts)]
+
+    @abstractmethod
+    def pending(self, parts: Sequence[PartRange]) -> list[tuple[int, int | None]]:
+        """``count_pending``'s count for each part, with the ``fire_ms`` of the oldest of
+        those rows (None when there is none)."""
 
     @abstractmethod
     def insert_many(self, jobs: Sequence[Job], progress: ProgressFn | None = None) -> None:

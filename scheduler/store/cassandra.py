@@ -268,14 +268,17 @@ class CassandraStore(CassandraAsync, CassandraFiring, CassandraOwnership, Cassan
         return [jobs_from_bucket_rows(rows, dt_ms)
                 for rows in self._concurrent(items, f"reading {len(items)} bucket ranges")]
 
-    def count_pending(self, parts: Sequence[PartRange]) -> list[int]:
+    def pending(self, parts: Sequence[PartRange]) -> list[tuple[int, int | None]]:
         stmt = self.prepared("select_bucket_fired")
         items = []
         for bucket, shard, after, until_ms in parts:
             fire_ms, job_id = after if after is not None else (bucket * 1000 - 1, "")
             items.append((stmt, (bucket, shard, fire_ms, job_id, until_ms)))
-        return [sum(1 for (fired,) in rows if fired is None)
-                for rows in self._concurrent(items, "counting due jobs")]
+        out: list[tuple[int, int | None]] = []
+        for rows in self._concurrent(items, "counting due jobs"):
+            waiting = [fire_at for fired, fire_at in rows if fired is None]
+            out.append((len(waiting), dt_ms(waiting[0]) if waiting else None))
+        return out
 
     @dual
     def insert_many(self, jobs: Sequence[Job], progress: ProgressFn | None = None) -> CqlSteps[None]:

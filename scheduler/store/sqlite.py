@@ -224,12 +224,12 @@ class SqliteStore(Store):
         rows = self._all(_q("select_bucket_rows"), (bucket, shard, fire_ms, job_id, until_ms, limit))
         return jobs_from_bucket_rows(rows)
 
-    def count_pending(self, parts: Sequence[PartRange]) -> list[int]:
-        out = []
+    def pending(self, parts: Sequence[PartRange]) -> list[tuple[int, int | None]]:
+        out: list[tuple[int, int | None]] = []
         for bucket, shard, after, until_ms in parts:
             fire_ms, job_id = after if after is not None else (bucket * 1000 - 1, "")
             rows = self._all(_q("count_bucket_pending"), (bucket, shard, fire_ms, job_id, until_ms))
-            out.append(int(rows[0][0]))
+            out.append((int(rows[0][0]), None if rows[0][1] is None else int(rows[0][1])))
         return out
 
     def insert_many(self, jobs: Sequence[Job], progress: ProgressFn | None = None) -> None:

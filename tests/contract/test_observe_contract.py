@@ -54,6 +54,9 @@ def test_count_pending_skips_fired_rows_and_respects_cursor_and_until(st: Store)
     assert st.count_pending([(B0, 1, (T0_MS + 4000, "j4"), T0_MS + 59_999)]) == [5]
     assert st.count_pending([(B0, 1, None, T0_MS + 5000), (B0, 2, None, T0_MS + 59_999),
                              (B0 + 60, 1, None, T0_MS + 119_999)]) == [3, 0, 0]
+    # The oldest pending row of each part comes with its count.
+    assert st.pending([(B0, 1, None, T0_MS + 59_999), (B0, 2, None, T0_MS + 59_999)]) == [
+        (7, T0_MS + 3000), (0, None)]
 
 
 def test_lag_report_worst_first_with_backlog_and_owners(st: Store):
@@ -122,6 +125,9 @@ def test_exporter_lag_keeps_growing_when_reads_fail(st: Store):
     assert m['scheduler_shard_lag_seconds{shard="0"}'] == 30.0
     assert m['scheduler_shard_owned{shard="0"}'] == 1 and m['scheduler_shard_owned{shard="2"}'] == 0
     assert m['scheduler_shard_due_backlog{shard="2"}'] == 1
+    # Due at +70 s, read at +90 s: 20 s overdue; a shard with nothing due shows 0.
+    assert m['scheduler_shard_oldest_due_seconds{shard="2"}'] == 20.0
+    assert m['scheduler_shard_oldest_due_seconds{shard="0"}'] == 0.0
     assert m["scheduler_exporter_up"] == 1 and m["scheduler_fleet_pollers"] == 1
     assert m["scheduler_layout_shards"] == S
     st.close()
