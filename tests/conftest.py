@@ -43,18 +43,28 @@ def require_server(name: str, host: str, port: int, start_hint: str) -> None:
     pytest.skip(msg)
 
 
-@pytest.fixture(scope="session")
-def promtool() -> str:
-    """Path of promtool (Debian's prometheus package; ops/setup installs it)."""
+def require_tool(name: str) -> str:
+    """Path of a tool from Debian's prometheus package (ops/setup installs it); a missing
+    one fails the run in CI and skips the test elsewhere."""
     import shutil
 
-    path = shutil.which("promtool")
+    path = shutil.which(name)
     if path:
         return path
-    msg = "promtool is not installed; run ops/setup (it installs Debian's prometheus package)"
+    msg = f"{name} is not installed; run ops/setup (it installs Debian's prometheus package)"
     if CI:
         pytest.fail(msg + " (CI=true: a missing tool fails the run)")
     pytest.skip(msg)
+
+
+@pytest.fixture(scope="session")
+def promtool() -> str:
+    return require_tool("promtool")
+
+
+@pytest.fixture(scope="session")
+def prometheus() -> str:
+    return require_tool("prometheus")
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -25,6 +26,20 @@ def start_poller(url: str, out: Path, *extra: str, env: dict[str, str] | None = 
         return subprocess.Popen([sys.executable, "-m", "scheduler", "run", "--handler", handler,
                                  "--log-json", *extra], cwd=ROOT, env=full_env,
                                 stdout=subprocess.DEVNULL, stderr=log)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def kill_all(procs: list[subprocess.Popen[bytes]]) -> None:
+    """kill -9 every process still running, and reap it."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
 
 
 def wait_until(pred: Callable[[], bool], timeout: float, what: str) -> None:

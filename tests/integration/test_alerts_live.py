@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -20,32 +18,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from scheduler import Client
 from scheduler.clock import SystemClock
 from scheduler.store import SchemaOptions, open_store
-from tests.conftest import CI, cassandra_url
-from tests.procs import ROOT, start_poller, wait_until
+from tests.conftest import cassandra_url
+from tests.procs import ROOT, free_port, kill_all, start_poller, wait_until
 
 PAGE_WITHIN_S = 120
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="session")
-def prometheus() -> str:
-    path = shutil.which("prometheus")
-    if path:
-        return path
-    msg = "prometheus is not installed; run ops/setup (Debian's prometheus package)"
-    if CI:
-        pytest.fail(msg + " (CI=true: a missing tool fails the run)")
-    pytest.skip(msg)
 
 
 def api(port: int, path: str) -> Any:
@@ -127,9 +106,6 @@ scrape_configs:
         assert not [a for a in firing(ports["prom"]) if a.get("shard") in ("2", "3")]
     finally:
         halt.set()
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        kill_all(procs)
         client.close()
         store.close()

@@ -9,7 +9,6 @@ starts it again whatever happens.
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -23,17 +22,11 @@ from scheduler.keys import shard_of
 from scheduler.store import SchemaOptions, open_store
 from tests.conftest import ZOOKEEPER_HOSTS, cassandra_url
 from tests.faultload import Pollers, Producer, measure, now_ms, preload, wait_fired
-from tests.procs import ROOT
+from tests.procs import ROOT, free_port
 
 pytestmark = pytest.mark.fault
 OPS = ROOT / "ops" / "cassandra"
 OUTAGE_S = 30
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def exporter_up(port: int) -> float | None:
