@@ -9,6 +9,7 @@ lightweight transactions.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -116,6 +117,20 @@ class CassandraStore(CassandraAsync, CassandraFiring, CassandraOwnership, Cassan
     # --- schema ----------------------------------------------------------------------
 
     def apply_schema(self, options: SchemaOptions, now_ms: int) -> SchemaResult:
+        """Create or upgrade the schema. A node can report schema agreement and still
+        answer INCOMPATIBLE_SCHEMA for a table it has not finished loading (seen on a
+        3-node cluster right after it started). Every step here is idempotent, so the
+        whole apply runs again, for up to SCHEMA_AGREEMENT_S, before it gives up."""
+        deadline = time.monotonic() + SCHEMA_AGREEMENT_S
+        while True:
+            try:
+                return self._apply_schema(options, now_ms)
+            except StoreUnavailable as exc:
+                if "INCOMPATIBLE_SCHEMA" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
+
+    def _apply_schema(self, options: SchemaOptions, now_ms: int) -> SchemaResult:
         ddl = {k: v.replace("{keyspace}", self.keyspace)
                .replace("{replication}", replication_map(options.replication))
                for k, v in queries.named("keyspace.cql").items()}

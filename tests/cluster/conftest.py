@@ -53,6 +53,9 @@ def wait_all_up(timeout: float = 120) -> float:
 def cluster() -> str:
     for host in NODES:
         require_server(f"Cassandra node {host}", host, 9042, "ops/cassandra --nodes 3 start")
+    # An open native port on each node is not yet a settled ring: wait until node 1
+    # sees all three Up and Normal before the first test writes a schema.
+    wait_all_up()
     return HOSTS
 
 
