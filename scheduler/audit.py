@@ -17,9 +17,11 @@ lost job. Rows written behind a checkpoint by the late-write rule cannot exist (
 producer places a job at least the late margin ahead of every cursor), so anything
 found there is a fault.
 
-Not covered (stated): lookup rows that point at no bucket row are not found by this
-scan, which reads by bucket; the lookup table has no bucket index to read instead.
-Rows past their retention are gone from both tables and are not counted.
+A lookup row that points at no bucket row is flagged too, for every job that has a
+row in the range: a row counted ``moved`` sends the audit to the position its lookup row
+names (one small read per moved job), where a bucket row must be. Not covered (stated):
+a lookup row whose job has no row at all in the range; the lookup table has no bucket
+index to find it by. Rows past their retention are gone from both tables.
 """
 
 from __future__ import annotations
@@ -28,10 +30,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .keys import bucket_of_ms
+from .keys import bucket_of_ms, from_ms
 from .model import Job, Status
 from .store.base import ShardCheckpoint, Store
 
+HOUR_MS = 3_600_000
 PAGE_ROWS = 1000
 PARTS_AT_ONCE = 64
 CATEGORIES = ("written", "fired", "cancelled", "dead", "moved", "pending")
@@ -68,10 +71,20 @@ class AuditReport:
     def totals(self) -> dict[str, int]:
         return {c: sum(getattr(p, c) for p in self.partitions) for c in CATEGORIES}
 
+    def window(self) -> str:
+        first, last = (from_ms(b * 1000).isoformat() for b in (self.from_bucket, self.to_bucket))
+        return f"buckets {first} to {last}"
+
     def as_dict(self) -> dict[str, Any]:
         return {"from_bucket": self.from_bucket, "to_bucket": self.to_bucket,
                 "partitions": len(self.partitions), "totals": self.totals(),
                 "violations": [asdict(v) for v in self.violations]}
+
+
+def last_closed_hour(now_ms: int) -> tuple[int, int]:
+    """The hour before the current one, as (first ms, last ms) inclusive. Pure."""
+    start = (now_ms // HOUR_MS - 1) * HOUR_MS
+    return start, start + HOUR_MS - 1
 
 
 def passed(cp: ShardCheckpoint | None, row: Job, width_s: int) -> bool:
@@ -106,14 +119,32 @@ def audit(store: Store, from_ms: int, to_ms: int,
     first, last = bucket_of_ms(from_ms, width), bucket_of_ms(to_ms, width)
     parts = [(b, s) for b in range(first, last + 1, width) for s in range(layouts.read_count(b))]
     report = AuditReport(first, last)
+    moved: dict[str, Job] = {}
     for i in range(0, len(parts), PARTS_AT_ONCE):
         chunk = parts[i:i + PARTS_AT_ONCE]
         for (bucket, shard), rows in zip(chunk, read_partitions(store, chunk), strict=True):
             report.partitions.append(_count(store, bucket, shard, rows, checkpoints.get(shard), width,
-                                            report.violations))
+                                            report.violations, moved))
         if progress is not None:
             progress(min(i + PARTS_AT_ONCE, len(parts)), len(parts))
+    report.violations.extend(dangling(store, list(moved.values())))
     return report
+
+
+def dangling(store: Store, lookups: Sequence[Job]) -> list[Violation]:
+    """The lookup rows among ``lookups`` whose position holds no bucket row (read at
+    once, PARTS_AT_ONCE at a time). Read-only; raises the store's errors."""
+    out = []
+    for i in range(0, len(lookups), PARTS_AT_ONCE):
+        chunk = lookups[i:i + PARTS_AT_ONCE]
+        # Strictly after (fire_ms - 1, the largest id) and up to fire_ms: the rows at fire_ms.
+        found = store.read_buckets([(j.bucket, j.shard, (j.fire_ms - 1, "\U0010ffff"), j.fire_ms)
+                                    for j in chunk], PAGE_ROWS)
+        for j, rows in zip(chunk, found, strict=True):
+            if not any(r.job_id == j.job_id for r in rows):
+                out.append(Violation(j.bucket, j.shard, j.fire_ms, j.job_id,
+                                     "its lookup row points at no bucket row"))
+    return out
 
 
 def read_partitions(store: Store, parts: Sequence[tuple[int, int]]) -> list[list[Job]]:
@@ -131,15 +162,18 @@ def read_partitions(store: Store, parts: Sequence[tuple[int, int]]) -> list[list
 
 
 def _count(store: Store, bucket: int, shard: int, rows: list[Job], cp: ShardCheckpoint | None,
-           width: int, violations: list[Violation]) -> PartCount:
+           width: int, violations: list[Violation], moved: dict[str, Job]) -> PartCount:
     count = PartCount(bucket, shard, written=len(rows))
     lookups: dict[str, Job] = {}
     ids = [r.job_id for r in rows]
     for i in range(0, len(ids), PAGE_ROWS):
         lookups.update(store.get_many(ids[i:i + PAGE_ROWS]))
     for row in rows:
-        category = classify(row, lookups.get(row.job_id))
+        lookup = lookups.get(row.job_id)
+        category = classify(row, lookup)
         setattr(count, category, getattr(count, category) + 1)
+        if category == "moved" and lookup is not None:
+            moved[row.job_id] = lookup
         if category == "pending" and passed(cp, row, width):
             violations.append(Violation(bucket, shard, row.fire_ms, row.job_id,
                                         "not fired, and its shard's checkpoint has passed it"))

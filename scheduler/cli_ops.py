@@ -13,6 +13,7 @@ import typer
 
 from .cli_common import JsonOpt, StoreOpt, app, emit, errors
 from .errors import InvalidInput
+from .observe import parse_bucket, shard_ranges
 from .settings import Settings
 
 CoordOpt = Annotated[str | None, typer.Option(
@@ -100,9 +101,9 @@ def status(store: StoreOpt = None, coordinator: CoordOpt = None, as_json: JsonOp
         table.add_column("shards", justify="right")
         table.add_column("which")
         for owner, shards in s.shards_per_owner.items():
-            table.add_row(owner, str(len(shards)), _ranges(shards))
+            table.add_row(owner, str(len(shards)), shard_ranges(shards))
         if s.unowned:
-            table.add_row("[red]nobody[/]", str(len(s.unowned)), _ranges(s.unowned))
+            table.add_row("[red]nobody[/]", str(len(s.unowned)), shard_ranges(s.unowned))
         console.print(table)
         for lay in s.layouts:
             console.print(f"layout: from {lay['from']} on, S = {lay['shard_count']}")
@@ -113,33 +114,6 @@ def status(store: StoreOpt = None, coordinator: CoordOpt = None, as_json: JsonOp
                       f"or die; dead letters {format_duration(ret.dead_s)}")
 
     emit(data, as_json, human)
-
-
-def _ranges(shards: list[int]) -> str:
-    out: list[str] = []
-    for s in sorted(shards):
-        if out and out[-1].split("-")[-1] == str(s - 1):
-            out[-1] = f"{out[-1].split('-')[0]}-{s}"
-        else:
-            out.append(str(s))
-    return ",".join(out)
-
-
-def _parse_bucket(text: str, width: int) -> int:
-    from .keys import bucket_of
-    from .model import parse_time
-
-    if text.lstrip("-").isdigit():
-        bucket = int(text)
-        if bucket % width:
-            raise InvalidInput(f"bucket {bucket} is not a multiple of the bucket width {width} s; "
-                               "pass a bucket's start in epoch seconds or an ISO 8601 time")
-        return bucket
-    try:
-        return bucket_of(parse_time(text), width)
-    except InvalidInput:
-        raise InvalidInput(f"bucket {text!r} is neither epoch seconds nor an ISO 8601 time "
-                           "with an offset (e.g. 2026-12-01T09:00Z)") from None
 
 
 @app.command()
@@ -157,7 +131,7 @@ def inspect(
         st, _ = _open(store, "local")
         try:
             width = st.meta().bucket_width_s
-            b = _parse_bucket(bucket, width)
+            b = parse_bucket(bucket, width)
             count = st.layouts().read_count(b)
             if shard is not None and not 0 <= shard < count:
                 raise InvalidInput(f"--shard {shard} is out of range: bucket {b} has shards 0-{count - 1}")
@@ -247,6 +221,9 @@ def _forecast_with_bar(st: Any, hours: float, run_forecast: Any) -> Any:
 def exporter(
     address: Annotated[str, typer.Option(help="Serve /metrics on HOST:PORT.")] = "127.0.0.1:9464",
     interval: Annotated[float, typer.Option(help="Seconds between reads of the store.")] = 15.0,
+    audit_interval: Annotated[float | None, typer.Option(
+        help="Audit the last closed hour every this many seconds and export "
+             "scheduler_audit_violations (default: off; 600 is a good value).")] = None,
     store: StoreOpt = None,
     coordinator: CoordOpt = None,
 ) -> None:
@@ -265,8 +242,10 @@ def exporter(
     with errors():
         if interval <= 0:
             raise InvalidInput("--interval must be > 0")
+        if audit_interval is not None and audit_interval < 60:
+            raise InvalidInput("--audit-interval must be at least 60 seconds: each audit reads a whole hour")
         st, fleet = _open(store, coordinator)
-        exp = LagExporter(st, SystemClock(), fleet, interval_s=interval)
+        exp = LagExporter(st, SystemClock(), fleet, interval_s=interval, audit_interval_s=audit_interval)
         exp.refresh()  # fail at start, with a clear message, rather than serve nothing
         bound = serve_registry(exp.registry, address)
     exp.start()
@@ -295,15 +274,16 @@ def audit(
     from rich.progress import Progress
 
     from .audit import audit as run_audit
+    from .audit import last_closed_hour
     from .cli_common import parse_at
     from .clock import SystemClock
     from .keys import to_ms
 
     with errors():
         now = SystemClock().now_ms()
-        hour_ms = 3_600_000
-        start = to_ms(parse_at(from_)) if from_ else (now // hour_ms - 1) * hour_ms
-        end = to_ms(parse_at(to)) if to else (now if from_ else start + hour_ms - 1)
+        start, end = last_closed_hour(now)
+        start = to_ms(parse_at(from_)) if from_ else start
+        end = to_ms(parse_at(to)) if to else (now if from_ else end)
         if end < start:
             raise InvalidInput("--to is before --from; give a range forwards in time")
         st, _ = _open(store, None)

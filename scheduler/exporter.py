@@ -5,6 +5,10 @@ A background thread refreshes checkpoints, owners and backlog every ``interval_s
 Lag is computed at scrape time from the last checkpoints read, so when the store or
 ZooKeeper cannot be read the lag keeps growing (the safe direction) and
 ``scheduler_exporter_up`` drops to 0.
+
+With ``audit_interval_s`` a second thread audits the last closed hour (``audit.py``)
+that often and exports what it found (``scheduler_audit_violations``); an audit reads
+every partition of the hour, so it runs apart from the lag refresh and never delays it.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from collections.abc import Callable, Iterator
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from .audit import AuditReport, audit, last_closed_hour
 from .clock import Clock
 from .errors import SchedulerError
 from .fleetview import FleetSnapshot
@@ -30,8 +35,11 @@ log = logging.getLogger("scheduler.exporter")
 class LagExporter:
     def __init__(self, store: Store, clock: Clock,
                  fleet: Callable[[], FleetSnapshot | None] = lambda: None,
-                 interval_s: float = 15.0) -> None:
+                 interval_s: float = 15.0, audit_interval_s: float | None = None) -> None:
         self.store, self.clock, self.read_fleet, self.interval_s = store, clock, fleet, interval_s
+        self.audit_interval_s = audit_interval_s
+        self._audit: tuple[AuditReport, float, float] | None = None  # report, when, seconds
+        self._audit_errors = 0
         self.registry = CollectorRegistry()
         add_process_metrics(self.registry)
         self._rows: list[ShardLag] = []
@@ -48,7 +56,7 @@ class LagExporter:
         self._recurring: dict[str, int] | None = None
         self._recurring_at = -1e9
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
         self.registry.register(self)
 
     def refresh(self) -> None:
@@ -95,14 +103,51 @@ class LagExporter:
                 self._errors += 1
             return None
 
+    def run_audit(self) -> AuditReport:
+        """Audit the last closed hour once and keep the result for the metrics. Raises
+        the store's ``SchedulerError`` after counting it; the previous result stays."""
+        t0 = time.monotonic()
+        start, end = last_closed_hour(self.clock.now_ms())
+        try:
+            report = audit(self.store, start, end)
+        except SchedulerError:
+            with self._lock:
+                self._audit_errors += 1
+            raise
+        with self._lock:
+            self._audit = (report, self.clock.now_ms() / 1000, time.monotonic() - t0)
+        if report.violations:
+            log.error("audit of %s found %d lost jobs; run scheduler audit for the list",
+                      report.window(), len(report.violations), extra={"action": "audit_violations"})
+        return report
+
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="lag-exporter", daemon=True)
-        self._thread.start()
+        loops = [(self._loop, "lag-exporter")]
+        if self.audit_interval_s:
+            loops.append((self._audit_loop, "audit"))
+        for target, name in loops:
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
+        for thread in self._threads:
+            thread.join(timeout=30)
+
+    def _audit_loop(self) -> None:
+        assert self.audit_interval_s
+        failing = False
+        wait = 0.0  # the first audit at start, the next ones every interval
+        while not self._stop.wait(wait):
+            wait = self.audit_interval_s
+            try:
+                self.run_audit()
+                failing = False
+            except SchedulerError as exc:
+                if not failing:  # once per outage; the error counter tells the rest
+                    log.warning("audit failed: %s", exc, extra={"action": "audit_failed"})
+                failing = True
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -117,7 +162,9 @@ class LagExporter:
         with self._lock:
             rows, members, up, errors = list(self._rows), self._members, self._up, self._errors
             last_ok, duration, shard_count = self._last_ok, self._duration, self._shard_count
-            recurring = self._recurring
+            recurring, audited, audit_errors = self._recurring, self._audit, self._audit_errors
+        if self.audit_interval_s:
+            yield from _audit_metrics(audited, audit_errors)
         if recurring is not None:
             states = GaugeMetricFamily("scheduler_recurring_schedules", "Recurring schedules by state",
                                        labels=["state"])
@@ -164,3 +211,23 @@ class LagExporter:
                                 "How long the last successful refresh took", value=duration)
         yield CounterMetricFamily("scheduler_exporter_refresh_errors",
                                   "Failed reads of the store or ZooKeeper", value=errors)
+
+
+def _audit_metrics(audited: tuple[AuditReport, float, float] | None, errors: int) -> Iterator[Metric]:
+    yield CounterMetricFamily("scheduler_audit_errors", "Audits that could not read the store",
+                              value=errors)
+    if audited is None:
+        return
+    report, at_s, duration = audited
+    yield GaugeMetricFamily("scheduler_audit_violations",
+                            "Lost jobs found by the last audit of the last closed hour: pending rows "
+                            "behind their shard's checkpoint", value=len(report.violations))
+    jobs = GaugeMetricFamily("scheduler_audit_jobs", "Jobs of the last audited hour by outcome",
+                             labels=["outcome"])
+    for outcome, n in report.totals().items():
+        jobs.add_metric([outcome], n)
+    yield jobs
+    yield GaugeMetricFamily("scheduler_audit_last_run_timestamp_seconds",
+                            "When the last audit finished", value=at_s)
+    yield GaugeMetricFamily("scheduler_audit_duration_seconds", "How long the last audit took",
+                            value=duration)

@@ -73,3 +73,47 @@ def test_the_pure_rules():
     assert classify(row._replace(fired_ms=1), row._replace(status=Status.FIRED)) == "fired"
     assert classify(row._replace(fired_ms=1), row._replace(status=Status.DEAD)) == "dead"
     assert classify(row._replace(fired_ms=1), row._replace(fire_ms=T0_MS + 9000)) == "moved"
+
+
+def test_the_exporter_audits_the_last_closed_hour_and_exports_the_violations(st: Store):
+    from prometheus_client import generate_latest
+
+    from scheduler.clock import FakeClock
+    from scheduler.exporter import LagExporter
+    from tests.contract.test_observe_contract import parse_metrics
+
+    st.claim_shard(0, "p0", 5, B0 - 60, T0_MS)
+    st.save_checkpoint(0, 5, Checkpoint(B0), T0_MS + 61_000)
+    st.insert_many([job("lost", T0_MS + 4000), job("fine", T0_MS + 90_000)])
+    # Ten minutes into the next hour: the closed hour is the one starting at T0 (an hour boundary).
+    exp = LagExporter(st, FakeClock(T0_MS + 4_200_000), audit_interval_s=600)
+    assert "scheduler_audit_violations" not in generate_latest(exp.registry).decode()
+    report = exp.run_audit()
+    assert (report.from_bucket, report.to_bucket) == (B0, B0 + 3540)
+    m = parse_metrics(generate_latest(exp.registry))
+    assert m["scheduler_audit_violations"] == 1
+    assert m['scheduler_audit_jobs{outcome="written"}'] == 2
+    assert m['scheduler_audit_jobs{outcome="pending"}'] == 2
+    assert m["scheduler_audit_errors_total"] == 0
+
+
+def test_a_lookup_row_pointing_at_no_bucket_row_is_flagged(st: Store):
+    from scheduler.store.cassandra import CassandraStore
+
+    a, kept = job("gone", T0_MS + 1000), job("kept", T0_MS + 2000)
+    st.insert_many([a, kept])
+    target = job("gone", T0_MS + 3_600_000)  # moved an hour on, out of the audited range
+    st.move(a, target)
+    st.move(kept, job("kept", T0_MS + 3_600_000))
+    # The bucket row the lookup row now names vanishes, as no code path here can do.
+    key = (target.bucket, target.shard, target.fire_ms, target.job_id)
+    if isinstance(st, CassandraStore):
+        st.session.execute(f"DELETE FROM {st.keyspace}.jobs_by_bucket WHERE bucket = %s AND shard = %s "
+                           "AND fire_at = %s AND job_id = %s", (key[0], key[1], key[2], key[3]))
+    else:
+        st._db.execute("DELETE FROM jobs_by_bucket WHERE bucket = ? AND shard = ? AND fire_at = ? "  # type: ignore[attr-defined]
+                       "AND job_id = ?", key)
+    report = audit(st, T0_MS, T0_MS + 59_999)
+    assert report.totals()["moved"] == 2
+    assert [(v.job_id, v.bucket, v.reason) for v in report.violations] == [
+        ("gone", target.bucket, "its lookup row points at no bucket row")]

@@ -15,6 +15,7 @@ import pytest
 import yaml
 from typer.main import get_command
 
+from scheduler.audit import AuditReport
 from scheduler.clock import FakeClock
 from scheduler.exporter import LagExporter
 from scheduler.metrics import PollerMetrics
@@ -29,7 +30,8 @@ REQUIRED_ALERTS = {"SchedulerShardLagHigh", "SchedulerShardUnowned", "SchedulerB
 def exposed_metric_names() -> set[str]:
     """Every series name the pollers and the exporter can expose."""
     names: set[str] = set()
-    exporter = LagExporter(cast(Any, None), FakeClock())
+    exporter = LagExporter(cast(Any, None), FakeClock(), audit_interval_s=600)
+    exporter._audit = (AuditReport(0, 0), 0.0, 0.0)  # after an audit (--audit-interval)
     exporter._members = 3  # as after a refresh with ZooKeeper: the fleet gauge appears
     exporter._recurring = {"active": 1, "paused": 0, "broken": 0}  # after a recurring check
     registries = [PollerMetrics().registry, exporter.registry]
