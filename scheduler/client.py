@@ -151,6 +151,11 @@ class Client(ClientBase):
         """Jobs whose retries ran out or whose kind had no handler."""
         return sorted(self.store.dead_letters(), key=lambda d: d.died_ms)
 
+    def dead_letter_page(self, after: str | None = None, limit: int = 100) -> list[DeadLetter]:
+        """At most ``limit`` dead letters after the job id ``after`` (a stable order: pass
+        the last id of a page to get the next)."""
+        return self.store.dead_letter_page(after, limit)
+
     def replay_dead(self, job_ids: Sequence[str] | None = None, at: datetime | None = None) -> list[Job]:
         """Re-arm dead jobs (all when ``job_ids`` is None) at ``at`` (default: now), with
         their attempts reset, and remove them from the dead letters."""

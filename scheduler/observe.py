@@ -19,9 +19,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .assign import live_shards
+from .errors import InvalidInput
 from .fleetview import FleetSnapshot
-from .keys import bucket_of_ms, from_ms
-from .model import Job, Status
+from .keys import bucket_of, bucket_of_ms, from_ms
+from .model import Job, Status, parse_time
 from .store.base import PartRange, ShardCheckpoint, Store
 
 # How many buckets past a checkpoint the backlog count reads per shard: a day of
@@ -103,15 +104,17 @@ def lag_report(store: Store, now_ms: int, fleet: FleetSnapshot | None = None,
     return rows
 
 
-def bucket_rows(store: Store, bucket: int, shard: int | None, limit: int = 100_000) -> list[Job]:
-    """Every row of a bucket (fired ones included), of one shard or of all its shards."""
+def bucket_rows(store: Store, bucket: int, shard: int | None, limit: int = 100_000,
+                after: tuple[int, str] | None = None) -> list[Job]:
+    """Every row of a bucket (fired ones included), of one shard or of all its shards:
+    at most ``limit`` per shard, after the key ``(fire_ms, job_id)`` when given."""
     width, _ = _width_and_initial(store)
     count = store.layouts().read_count(bucket)
     shards = [shard] if shard is not None else list(range(count))
     end_ms = (bucket + width) * 1000 - 1
     out: list[Job] = []
     for s in shards:
-        out.extend(store.read_bucket(bucket, s, None, end_ms, limit))
+        out.extend(store.read_bucket(bucket, s, after, end_ms, limit))
     # A cancelled job's row is retired (marked done), not deleted: its lookup row says why.
     done = store.get_many([j.job_id for j in out if j.fired_ms is not None])
 
@@ -190,3 +193,30 @@ def fleet_status(store: Store, now_ms: int, fleet: FleetSnapshot | None,
              "shard_count": lay.shard_count} for lay in store.layouts().items]
     return FleetStatus(None if fleet is None else fleet.members, dict(sorted(per_owner.items())),
                        unowned, lays, lags[0] if lags else None)
+
+
+def shard_ranges(shards: list[int]) -> str:
+    """``0-3,7,9-10``: the shards as ranges. Pure."""
+    out: list[str] = []
+    for s in sorted(shards):
+        if out and out[-1].split("-")[-1] == str(s - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{s}"
+        else:
+            out.append(str(s))
+    return ",".join(out)
+
+
+def parse_bucket(text: str, width: int) -> int:
+    """A bucket's start (epoch seconds) from its epoch seconds or any ISO 8601 time in
+    it; ``InvalidInput`` saying which forms are accepted otherwise. Pure."""
+    if text.lstrip("-").isdigit():
+        bucket = int(text)
+        if bucket % width:
+            raise InvalidInput(f"bucket {bucket} is not a multiple of the bucket width {width} s; "
+                               "pass a bucket's start in epoch seconds or an ISO 8601 time")
+        return bucket
+    try:
+        return bucket_of(parse_time(text), width)
+    except InvalidInput:
+        raise InvalidInput(f"bucket {text!r} is neither epoch seconds nor an ISO 8601 time "
+                           "with an offset (e.g. 2026-12-01T09:00Z)") from None

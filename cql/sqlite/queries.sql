@@ -93,6 +93,10 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?);
 -- name: select_dead_letters
 SELECT job_id, kind, due_at, attempts, error, died_at FROM dead_letters WHERE part = ?;
 
+-- name: select_dead_letters_after
+SELECT job_id, kind, due_at, attempts, error, died_at FROM dead_letters
+WHERE part = ? AND job_id > ? ORDER BY job_id LIMIT ?;
+
 -- name: delete_dead_letter
 DELETE FROM dead_letters WHERE part = ? AND job_id = ?;
 
@@ -116,6 +120,11 @@ FROM schedules WHERE schedule_id = ?;
 SELECT schedule_id, version, state, kind, payload, payload_json, cron, every_s, tz, anchor_ms, start_ms,
        end_ms, overlap, misfire, catchup_window_s, jitter_s, created_ms, updated_ms, skipped
 FROM schedules ORDER BY schedule_id;
+
+-- name: select_schedules_after
+SELECT schedule_id, version, state, kind, payload, payload_json, cron, every_s, tz, anchor_ms, start_ms,
+       end_ms, overlap, misfire, catchup_window_s, jitter_s, created_ms, updated_ms, skipped
+FROM schedules WHERE schedule_id > ? ORDER BY schedule_id LIMIT ?;
 
 -- name: add_skipped
 UPDATE schedules SET skipped = skipped + ? WHERE schedule_id = ?;

@@ -218,6 +218,11 @@ class RecurringOps:
             raise ScheduleNotFound(f"no recurring schedule {schedule_id!r}")
         return replace(s, skipped=(yield from call("skipped", schedule_id)))
 
+    def page(self, after: str | None, limit: int) -> Steps[tuple[list[Schedule], str | None]]:
+        found = yield from self._retrying(lambda: call("list_schedules", after, limit))
+        following = found[-1].schedule_id if len(found) == limit else None
+        return [s for s in found if s.state is not State.DELETED], following
+
     def list(self) -> Steps[list[Schedule]]:
         found = yield from self._retrying(lambda: call("list_schedules"))
         return [s for s in found if s.state is not State.DELETED]
@@ -280,6 +285,11 @@ class Recurring:
         """The schedule (with its skipped count); ``ScheduleNotFound`` when there is
         none or it was deleted."""
         return self._run(self.ops.get(schedule_id))
+
+    def page(self, after: str | None = None, limit: int = 100) -> tuple[list[Schedule], str | None]:
+        """One page of the schedules not deleted (at most ``limit`` rows read, in the
+        store's order), and the ``after`` of the next page (None: this was the last)."""
+        return self._run(self.ops.page(after, limit))
 
     def list(self) -> list[Schedule]:
         """Every schedule not deleted."""

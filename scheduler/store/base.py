@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SchemaError
-from ..keys import DEFAULT_BUCKET_WIDTH_S, DEFAULT_SHARD_COUNT
+from ..keys import DEFAULT_BUCKET_WIDTH_S, DEFAULT_SHARD_COUNT, job_hash
 from ..layout import Layout, Layouts
 from ..model import Job, Status
 from ..progress import Checkpoint, Key
@@ -317,6 +317,20 @@ class Store(ABC):
     def dead_letters(self) -> list[DeadLetter]:
         """Every dead letter."""
 
+    def dead_letter_page(self, after: str | None, limit: int) -> list[DeadLetter]:
+        """Up to ``limit`` dead letters in (part, job id) order, strictly after the dead
+        letter ``after`` (None: from the first). One bounded read per part visited."""
+        part, last = (job_hash(after) % DEAD_LETTER_PARTS, after) if after is not None else (0, "")
+        out: list[DeadLetter] = []
+        while part < DEAD_LETTER_PARTS and len(out) < limit:
+            out.extend(self.dead_letters_in(part, last, limit - len(out)))
+            part, last = part + 1, ""
+        return out
+
+    @abstractmethod
+    def dead_letters_in(self, part: int, after: str, limit: int) -> list[DeadLetter]:
+        """Up to ``limit`` dead letters of one part, by job id, after ``after``."""
+
     @abstractmethod
     def delete_dead_letter(self, job_id: str) -> None:
         """Remove a dead letter (after a replay)."""
@@ -339,8 +353,10 @@ class Store(ABC):
         ``skipped``). A few round trips at most, concurrently (Cassandra: one per 64 ids)."""
 
     @abstractmethod
-    def list_schedules(self) -> list[Schedule]:
-        """Every schedule row, deleted ones included."""
+    def list_schedules(self, after: str | None = None, limit: int | None = None) -> list[Schedule]:
+        """Every schedule row, deleted ones included. With ``limit``: a page of at most
+        that many, after the schedule id ``after``, in the store's own order (Cassandra:
+        token order), so that the last id of a page is the next page's ``after``."""
 
     @abstractmethod
     def skipped(self, schedule_id: str) -> int:

@@ -76,6 +76,11 @@ class CassandraFiring:
         ])
 
     @dual
+    def dead_letters_in(self, part: int, after: str, limit: int) -> CqlSteps[list[DeadLetter]]:
+        rows = yield Run("select_dead_letters_after", (part, after, limit), "reading dead letters")
+        return [DeadLetter(j, k, dt_ms(d), int(a), e, dt_ms(t)) for j, k, d, a, e, t in rows]
+
+    @dual
     def dead_letters(self) -> CqlSteps[list[DeadLetter]]:
         stmt = self.prepared("select_dead_letters")
         out: list[DeadLetter] = []

@@ -49,7 +49,11 @@ class CassandraSchedules:
         return {s.schedule_id: s for s in found}
 
     @dual
-    def list_schedules(self) -> CqlSteps[list[Schedule]]:
+    def list_schedules(self, after: str | None = None, limit: int | None = None) -> CqlSteps[list[Schedule]]:
+        if limit is not None:  # a page, in token order
+            page = (yield Run("select_schedules_first", (limit,), "listing schedules") if after is None
+                    else Run("select_schedules_after", (after, limit), "listing schedules"))
+            return [schedule_from_row(r) for r in page]
         rows = yield Run("select_schedules", (), "listing schedules")
         return sorted((schedule_from_row(r) for r in rows), key=lambda s: s.schedule_id)
 

@@ -343,6 +343,10 @@ class SqliteStore(Store):
                        for j, k, d, a, e, t in self._all(_q("select_dead_letters"), (part,)))
         return out
 
+    def dead_letters_in(self, part: int, after: str, limit: int) -> list[DeadLetter]:
+        return [DeadLetter(j, k, int(d), int(a), e, int(t))
+                for j, k, d, a, e, t in self._all(_q("select_dead_letters_after"), (part, after, limit))]
+
     def delete_dead_letter(self, job_id: str) -> None:
         with self._tx() as db:
             db.execute(_q("delete_dead_letter"), (job_hash(job_id) % DEAD_LETTER_PARTS, job_id))
@@ -366,8 +370,10 @@ class SqliteStore(Store):
                 out[sid] = schedule_from_row(rows[0])
         return out
 
-    def list_schedules(self) -> list[Schedule]:
-        return [schedule_from_row(r, int(r[18])) for r in self._all(_q("select_schedules"))]
+    def list_schedules(self, after: str | None = None, limit: int | None = None) -> list[Schedule]:
+        rows = (self._all(_q("select_schedules")) if limit is None
+                else self._all(_q("select_schedules_after"), (after or "", limit)))
+        return [schedule_from_row(r, int(r[18])) for r in rows]
 
     def skipped(self, schedule_id: str) -> int:
         rows = self._all(_q("select_schedule"), (schedule_id,))
