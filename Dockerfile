@@ -3,7 +3,7 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY scheduler ./scheduler
 COPY cql ./cql
-RUN pip install --no-cache-dir .
+RUN pip install --no-cache-dir ".[console]"
 # The secured override's `schema` service creates the roles with it.
 COPY ops/secure_setup.py ./ops/
 ENTRYPOINT []

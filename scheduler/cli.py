@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from . import cli_admin, cli_ops, cli_recurring  # noqa: F401  (they register their commands)
+from . import cli_admin, cli_console, cli_ops, cli_recurring  # noqa: F401  (they register their commands)
 from .cli_common import (
     JsonOpt,
     StoreOpt,

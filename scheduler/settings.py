@@ -18,6 +18,8 @@
 | SCHEDULER_ZK_CA, SCHEDULER_ZK_TLS, SCHEDULER_ZK_CERT, SCHEDULER_ZK_KEY | | the same for ZooKeeper |
 | SCHEDULER_ZK_VERIFY_HOSTNAME | true | |
 | SCHEDULER_ZK_AUTH_FILE / SCHEDULER_ZK_AUTH | (none) | ``user:password`` digest credentials |
+| SCHEDULER_CONSOLE_TOKEN_FILE / SCHEDULER_CONSOLE_TOKEN | (none) | the token that unlocks the console's |
+| | | actions (``scheduler console --allow-actions``); at least 16 characters |
 | SCHEDULER_ZK_READERS | (none) | digest ids ``user:base64(sha1(user:password))``, comma- |
 | | | separated, given read-only access to the znodes a poller creates |
 """
@@ -113,6 +115,30 @@ def zookeeper_credentials(env: Mapping[str, str] | None = None) -> str | None:
     if ":" not in cred or cred.startswith(":"):
         raise ConfigError("ZooKeeper credentials must look like user:password")
     return cred
+
+
+CONSOLE_TOKEN_MIN = 16
+
+
+def console_token(env: Mapping[str, str] | None = None) -> str | None:
+    """The console's action token from the file named by ``SCHEDULER_CONSOLE_TOKEN_FILE``
+    (preferred) or ``SCHEDULER_CONSOLE_TOKEN``; None when neither is set. Raises
+    ``ConfigError`` for an unreadable file or a token too short to resist guessing."""
+    env = os.environ if env is None else env
+    if env.get("SCHEDULER_CONSOLE_TOKEN_FILE"):
+        try:
+            with open(env["SCHEDULER_CONSOLE_TOKEN_FILE"], encoding="utf-8") as fh:
+                token = fh.read().strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read SCHEDULER_CONSOLE_TOKEN_FILE: {exc.strerror}") from None
+    elif env.get("SCHEDULER_CONSOLE_TOKEN"):
+        token = env["SCHEDULER_CONSOLE_TOKEN"].strip()
+    else:
+        return None
+    if len(token) < CONSOLE_TOKEN_MIN:
+        raise ConfigError(f"the console token must be at least {CONSOLE_TOKEN_MIN} characters; "
+                          "make one with: openssl rand -hex 24")
+    return token
 
 
 def _off(value: str) -> str | None:

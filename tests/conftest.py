@@ -43,15 +43,15 @@ def require_server(name: str, host: str, port: int, start_hint: str) -> None:
     pytest.skip(msg)
 
 
-def require_tool(name: str) -> str:
-    """Path of a tool from Debian's prometheus package (ops/setup installs it); a missing
-    one fails the run in CI and skips the test elsewhere."""
+def require_tool(name: str, package: str = "prometheus") -> str:
+    """Path of a tool from a Debian package that ops/setup installs; a missing one fails
+    the run in CI and skips the test elsewhere."""
     import shutil
 
     path = shutil.which(name)
     if path:
         return path
-    msg = f"{name} is not installed; run ops/setup (it installs Debian's prometheus package)"
+    msg = f"{name} is not installed; run ops/setup (it installs Debian's {package} package)"
     if CI:
         pytest.fail(msg + " (CI=true: a missing tool fails the run)")
     pytest.skip(msg)

@@ -1,0 +1,165 @@
+"""What each console page shows, read through the library calls the CLI views use.
+
+Every function here is bounded: it reads at most a fixed number of rows (``PAGE``) or a
+window of at most ``MAX_WINDOW_MS``, whatever the keyspace holds. They raise the
+library's typed errors (``InvalidInput``, ``JobNotFound``, ``StoreUnavailable``); the
+app turns them into a page with one line saying what was wrong.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..audit import AuditReport, audit, last_closed_hour
+from ..client import Client
+from ..errors import InvalidInput, SchedulerError
+from ..fleetview import FleetSnapshot
+from ..keys import from_ms, to_ms
+from ..model import Job, parse_time
+from ..observe import FleetStatus, ShardLag, bucket_rows, fleet_status, lag_report, parse_bucket
+from .history import LagHistory
+
+log = logging.getLogger("scheduler.console")
+
+PAGE = 100
+DEAD_SCAN_PAGES = 10  # a filtered dead-letter page reads at most this many pages
+MAX_WINDOW_MS = 3_600_000  # audit and re-fire windows: an hour at most from the console
+
+
+@dataclass
+class FleetView:
+    """The last sample of the fleet (the sampler thread refreshes it)."""
+    at_ms: int = 0
+    status: FleetStatus | None = None
+    worst: list[ShardLag] = field(default_factory=list)
+    shards: int = 0
+    error: str | None = None
+
+
+class Fleet:
+    """Samples lag, owners and backlog every ``step_s`` in a thread, so that page views
+    and their refreshes read memory, never the store (one ``lag_report`` per step,
+    like the exporter's refresh)."""
+
+    def __init__(self, client: Client, read_fleet: Callable[[], FleetSnapshot | None],
+                 step_s: float = 30.0) -> None:
+        self.client, self.read_fleet = client, read_fleet
+        self.history = LagHistory(step_s=step_s)
+        self.view = FleetView()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def sample(self) -> None:
+        """Read once. A failed read keeps the previous view and records the error (logged
+        once per outage, not per sample)."""
+        now = self.client.clock.now_ms()
+        try:
+            fleet = self.read_fleet()
+            lags = lag_report(self.client.store, now, fleet)
+            status = fleet_status(self.client.store, now, fleet, lags)
+        except SchedulerError as exc:
+            with self._lock:
+                if self.view.error is None:
+                    log.warning("console cannot read the fleet: %s", exc,
+                                extra={"action": "console_read_failed"})
+                self.view.error = str(exc)
+            return
+        with self._lock:
+            self.history.add(now / 1000, {r.shard: r.lag_s for r in lags})
+            self.view = FleetView(now, status, lags[:20], len(lags))
+
+    def snapshot(self) -> FleetView:
+        with self._lock:
+            return self.view
+
+    def start(self) -> None:
+        self.sample()
+        self._thread = threading.Thread(target=self._loop, name="console-fleet", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.history.step_s):
+            self.sample()
+
+
+def bucket_page(client: Client, at: str, shard: int, after: str | None) -> dict[str, Any]:
+    """At most PAGE rows of one partition, from the key ``after`` (``fire_ms:job_id``)."""
+    store = client.store
+    width = store.meta().bucket_width_s
+    bucket = parse_bucket(at.strip(), width)
+    count = store.layouts().read_count(bucket)
+    if not 0 <= shard < count:
+        raise InvalidInput(f"shard {shard} is out of range: bucket {bucket} has shards 0-{count - 1}")
+    key = None
+    if after:
+        ms, _, job_id = after.partition(":")
+        if not ms.isdigit() or not job_id:
+            raise InvalidInput("the page key must look like <fire ms>:<job id>; follow the Next link")
+        key = (int(ms), job_id)
+    rows = bucket_rows(store, bucket, shard, PAGE, key)
+    following = f"{rows[-1].fire_ms}:{rows[-1].job_id}" if len(rows) == PAGE else None
+    return {"bucket": bucket, "from": from_ms(bucket * 1000).isoformat(), "shard": shard,
+            "shard_count": count, "width": width, "rows": rows, "next": following}
+
+
+def job_page(client: Client, job_id: str, now_ms: int) -> dict[str, Any]:
+    job = client.get(job_id.strip())
+    return {"job": job, "view": job.to_dict(), "lateness_ms": lateness_ms(job, now_ms)}
+
+
+def lateness_ms(job: Job, now_ms: int) -> int | None:
+    """How late it fired (fired), or how overdue it is (pending and due); None otherwise."""
+    if job.fired_ms is not None:
+        return job.fired_ms - job.due_ms
+    return now_ms - job.due_ms if job.status.value == "pending" and now_ms > job.due_ms else None
+
+
+def schedules_page(client: Client, after: str | None) -> dict[str, Any]:
+    page, following = client.recurring.page(after or None, PAGE)
+    return {"schedules": [client.recurring.view(s) for s in page], "next": following}
+
+
+def dead_page(client: Client, kind: str, error: str, after: str | None) -> dict[str, Any]:
+    """Dead letters matching the filters (kind exactly, error as a substring): up to PAGE
+    of them, reading at most DEAD_SCAN_PAGES pages; ``next`` continues the scan."""
+    out = []
+    cursor = after or None
+    for _ in range(DEAD_SCAN_PAGES):
+        page = client.dead_letter_page(cursor, PAGE)
+        for d in page:
+            if (not kind or d.kind == kind) and (not error or error in (d.error or "")):
+                out.append(d)
+        cursor = page[-1].job_id if page else None
+        if len(page) < PAGE or len(out) >= PAGE:
+            break
+    return {"dead": out, "next": cursor if cursor and len(page) == PAGE else None}
+
+
+def window(start: str, end: str, now_ms: int) -> tuple[int, int]:
+    """A window of at most an hour (default: the last closed hour)."""
+    first, last = last_closed_hour(now_ms)
+    first = to_ms(parse_time(start)) if start.strip() else first
+    last = to_ms(parse_time(end)) if end.strip() else last
+    if last < first:
+        raise InvalidInput("'to' is before 'from'; give a window forwards in time")
+    if last - first > MAX_WINDOW_MS:
+        raise InvalidInput("the console audits and re-fires at most an hour at a time; "
+                           "use scheduler audit / scheduler refire for longer windows")
+    return first, last
+
+
+def audit_page(client: Client, first: int, last: int) -> tuple[AuditReport, float]:
+    t0 = time.monotonic()
+    report = audit(client.store, first, last)
+    return report, time.monotonic() - t0
