@@ -29,7 +29,7 @@ from ..keys import from_ms
 from ..observe import shard_ranges
 from . import pages
 from .guard import COOKIE, SESSION_S, Guard
-from .history import level
+from .history import level, levels
 
 log = logging.getLogger("scheduler.console")
 HERE = Path(__file__).parent
@@ -46,7 +46,7 @@ class ActionRefused(Exception):
 
 def build(client: Client, fleet: pages.Fleet, guard: Guard) -> Starlette:
     templates = Jinja2Templates(directory=str(HERE / "templates"))
-    templates.env.filters.update(iso=iso, ranges=shard_ranges, level=level)
+    templates.env.filters.update(iso=iso, ranges=shard_ranges, level=level, levels=levels)
     clock = client.clock
 
     def render(request: Request, name: str, status: int = 200, **ctx: Any) -> Response:

@@ -12,14 +12,18 @@ from array import array
 from collections import deque
 from dataclasses import dataclass
 
-# Lag thresholds (s) for the cell colours: fresh, behind, late, stalled (the alerts page
-# at 60 s overdue and 300 s lag).
-LEVELS = (10.0, 60.0, 300.0)
+
+def levels(width_s: int) -> tuple[float, float, float]:
+    """Lag thresholds (s) of the cell colours. A healthy shard's lag saws between 0 and
+    one bucket width (it is measured to the end of the last drained bucket), so: within
+    a bucket and 10 s is normal, then behind, late, and stalled from 5 minutes over the
+    bucket (where SchedulerShardLagHigh pages)."""
+    return (width_s + 10.0, width_s + 60.0, width_s + 300.0)
 
 
-def level(lag_s: float) -> int:
-    """0 (fresh) to 3 (stalled)."""
-    return sum(lag_s >= t for t in LEVELS)
+def level(lag_s: float, width_s: int = 60) -> int:
+    """0 (normal) to 3 (stalled)."""
+    return sum(lag_s >= t for t in levels(width_s))
 
 
 @dataclass(frozen=True)

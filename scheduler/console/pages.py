@@ -38,6 +38,7 @@ class FleetView:
     status: FleetStatus | None = None
     worst: list[ShardLag] = field(default_factory=list)
     shards: int = 0
+    width_s: int = 60
     error: str | None = None
 
 
@@ -63,6 +64,7 @@ class Fleet:
             fleet = self.read_fleet()
             lags = lag_report(self.client.store, now, fleet)
             status = fleet_status(self.client.store, now, fleet, lags)
+            width = self.client.store.meta().bucket_width_s
         except SchedulerError as exc:
             with self._lock:
                 if self.view.error is None:
@@ -72,7 +74,7 @@ class Fleet:
             return
         with self._lock:
             self.history.add(now / 1000, {r.shard: r.lag_s for r in lags})
-            self.view = FleetView(now, status, lags[:20], len(lags))
+            self.view = FleetView(now, status, lags[:20], len(lags), width)
 
     def snapshot(self) -> FleetView:
         with self._lock:

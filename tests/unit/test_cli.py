@@ -257,3 +257,14 @@ def test_refire_a_window_dry_run_then_twice_fires_once(store):
     assert got["refired_from"] == "r1" and got["kind"] == "email" and got["status"] == "pending"
     only = json.loads(run("refire", *window, "--kind", "sms", "--dry-run", "--json", store=store).stdout)
     assert only["by_kind"] == {"sms": 1}
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--allow-actions"], "--allow-actions needs a token"),
+    (["--address", "9470"], "must look like HOST:PORT"),
+    (["--sample-interval", "0"], "--sample-interval must be at least 1 second"),
+])
+def test_console_refuses_bad_options_with_one_line(store, args, says):
+    res = run("console", *args, store=store)
+    assert res.returncode != 0 and says in res.stderr
+    assert len([line for line in res.stderr.splitlines() if line.strip()]) == 1, res.stderr

@@ -41,4 +41,5 @@ def test_the_heatmap_folds_shards_into_rows_of_their_worst_lag():
     assert [label for label, _ in heat.rows] == ["0-2", "3-5", "6-7"]
     assert heat.rows[0][1] == [21.0, 22.0, 23.0]  # shard 2 is the worst of 0-2
     assert LagHistory().heatmap().rows == []
-    assert [level(x) for x in (0, 9.9, 10, 59, 60, 299, 300)] == [0, 0, 1, 1, 2, 2, 3]
+    assert [level(x, 60) for x in (0, 69.9, 70, 119, 120, 359, 360)] == [0, 0, 1, 1, 2, 2, 3]
+    assert level(15, 10) == 0 and level(20, 10) == 1

@@ -1,0 +1,189 @@
+"""The web console in a real browser: Debian's Chromium through Selenium and
+chromedriver (ops/setup installs both; a missing one fails in CI and skips elsewhere).
+
+The store is filled by a short ``scheduler demo`` run, plus dead letters and a recurring
+schedule; a ``scheduler run`` poller owns the shards and ``scheduler console
+--allow-actions`` serves it. Screenshots of every page go to ``.data/artifacts/console``
+(``$SCHEDULER_TEST_ARTIFACTS`` to change it).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scheduler import Client, Status
+from scheduler.store import open_store
+from tests.conftest import require_tool
+from tests.procs import ROOT, free_port, kill_all, start_poller, wait_until
+
+TOKEN = "browser-test-console-token-0123"
+ARTIFACTS = Path(os.environ.get("SCHEDULER_TEST_ARTIFACTS", ROOT / ".data" / "artifacts")) / "console"
+PAGES = [("fleet", "/fleet"), ("bucket", "/buckets?at={bucket}&shard={shard}"), ("job", "/jobs?id=d1"),
+         ("schedules", "/schedules"), ("dead", "/dead"), ("audit", "/audit?run=1"), ("login", "/login")]
+
+
+@dataclass
+class Console:
+    url: str
+    store_url: str
+    base: str
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.fixture(scope="module")
+def console(tmp_path_factory: Any) -> Iterator[Console]:
+    tmp = tmp_path_factory.mktemp("console")
+    store_url = f"sqlite:///{tmp}/store.db"
+    demo = subprocess.run([sys.executable, "-m", "scheduler", "demo", "--jobs", "300", "--seconds", "2",
+                           "--store", store_url, "--json"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert demo.returncode == 0, demo.stderr[-2000:]
+    store = open_store(store_url)
+    client = Client(store)
+    now = datetime.now(UTC)
+    for i in range(4):
+        client.schedule(f"d{i}", now + timedelta(hours=1), "payment" if i % 2 else "email", {"n": i})
+        store.record_dead(client.get(f"d{i}"), f"gateway answered HTTP 50{i}", client.clock.now_ms())
+    client.recurring.create("settlement", kind="report", cron="0 3 * * *", tz="Europe/Lisbon")
+    client.recurring.create("cache-refresh", kind="refresh", every="5m")
+    job = client.get("d1")
+    client.close()
+    store.close()
+    token_file = tmp / "token"
+    token_file.write_text(TOKEN + "\n")
+    port = free_port()
+    poller = start_poller(store_url, tmp / "poller.out")
+    with open(tmp / "console.log", "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "scheduler", "console", "--store", store_url, "--allow-actions",
+             "--address", f"127.0.0.1:{port}", "--sample-interval", "1"], cwd=ROOT, stdout=log, stderr=log,
+            env={**os.environ, "SCHEDULER_CONSOLE_TOKEN_FILE": str(token_file)})
+    try:
+        wait_until(lambda: _listening(port) or proc.poll() is not None, 30, "the console to listen")
+        assert proc.poll() is None, (tmp / "console.log").read_text()[-2000:]
+        yield Console(f"http://127.0.0.1:{port}", store_url,
+                      f"bucket={job.bucket}&shard={job.shard}")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        kill_all([poller])
+        log_text = (tmp / "console.log").read_text()
+        assert TOKEN not in log_text, "the token must never reach a log"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    chromium = require_tool("chromium", "chromium")
+    driver_path = require_tool("chromedriver", "chromium-driver")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1000",
+                "--disable-gpu"):
+        opts.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(driver_path), options=opts)
+    driver.set_page_load_timeout(30)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    yield driver
+    driver.quit()
+
+
+def _errors(browser: Any) -> list[str]:
+    from selenium.webdriver.common.by import By
+
+    return [e.text for e in browser.find_elements(By.CSS_SELECTOR, ".error")]
+
+
+def _shot(browser: Any, name: str) -> None:
+    browser.save_screenshot(str(ARTIFACTS / f"{name}.png"))
+
+
+def test_every_page_loads_and_the_fleet_page_refreshes_itself(console: Console, browser: Any):
+    from selenium.webdriver.common.by import By
+
+    for name, path in PAGES:
+        browser.get(console.url + path.format(**dict(p.split("=") for p in console.base.split("&"))))
+        assert not _errors(browser), (name, _errors(browser))
+        assert browser.find_element(By.TAG_NAME, "h1").text, name
+        _shot(browser, name)
+    browser.get(console.url + "/schedules")
+    assert {"settlement", "cache-refresh"} <= set(browser.find_element(By.ID, "schedules").text.split())
+    # htmx swaps the fleet part in place every 10 s: the sample time moves on without a reload.
+    browser.get(console.url + "/fleet")
+    browser.execute_script("document.getElementById('fleet-live').dataset.mark = 'old'")
+    first = browser.find_element(By.CSS_SELECTOR, "#fleet-live .meta").text
+    wait_until(lambda: browser.execute_script(
+        "return document.getElementById('fleet-live').dataset.mark") is None, 25, "htmx to refresh the fleet")
+    assert browser.find_element(By.CSS_SELECTOR, "#fleet-live .meta").text != first
+    assert "nobody" not in browser.find_element(By.ID, "pollers").text  # the poller owns every shard
+    _shot(browser, "fleet")
+
+
+def test_actions_are_refused_without_the_token(console: Console, browser: Any):
+    from selenium.webdriver.common.by import By
+
+    browser.delete_all_cookies()
+    browser.get(console.url + "/dead")
+    assert not browser.find_elements(By.CSS_SELECTOR, "input[type=checkbox]")  # no action offered
+    # A forged form post (what a page elsewhere could send): refused, nothing changes.
+    browser.execute_script("""
+        const f = document.createElement('form'); f.method = 'post'; f.action = '/dead/replay';
+        for (const [k, v] of [['job_id', 'd0'], ['csrf', 'guess']]) {
+          const i = document.createElement('input'); i.name = k; i.value = v; f.appendChild(i); }
+        document.body.appendChild(f); f.submit();""")
+    wait_until(lambda: bool(_errors(browser)), 10, "the refusal page")
+    assert "sign in" in _errors(browser)[0]
+    browser.get(console.url + "/login")
+    browser.find_element(By.NAME, "who").send_keys("mallory")
+    browser.find_element(By.NAME, "token").send_keys("not-the-token-at-all")
+    browser.find_element(By.CSS_SELECTOR, "#login button").click()
+    wait_until(lambda: bool(_errors(browser)), 10, "the refused sign-in")
+    _shot(browser, "refused")
+    store = open_store(console.store_url)
+    try:
+        assert "d0" in {d.job_id for d in store.dead_letters()}
+    finally:
+        store.close()
+
+
+def test_a_replay_through_the_form_reaches_the_store(console: Console, browser: Any):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(console.url + "/login")
+    browser.find_element(By.NAME, "who").send_keys("alice")
+    browser.find_element(By.NAME, "token").send_keys(TOKEN)
+    browser.find_element(By.CSS_SELECTOR, "#login button").click()
+    WebDriverWait(browser, 10).until(ec.text_to_be_present_in_element((By.ID, "who"), "alice"))
+    browser.get(console.url + "/dead?kind=payment")
+    browser.find_element(By.ID, "tick-d1").click()
+    browser.find_element(By.ID, "replay-button").click()
+    WebDriverWait(browser, 5).until(ec.alert_is_present())
+    browser.switch_to.alert.accept()  # the confirmation a destructive action asks for
+    WebDriverWait(browser, 10).until(ec.presence_of_element_located((By.ID, "done")))
+    assert "replayed 1 jobs: d1" in browser.find_element(By.ID, "done").text
+    _shot(browser, "replayed")
+    store = open_store(console.store_url)
+    try:
+        assert {d.job_id for d in store.dead_letters()} == {"d0", "d2", "d3"}
+        replayed = store.get("d1")
+        assert replayed is not None and replayed.status is Status.PENDING and replayed.attempts == 0
+    finally:
+        store.close()
