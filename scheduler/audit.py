@@ -2,7 +2,7 @@
 
 For each bucket of the range and each shard that bucket's layouts have, it reads the
 partition once (all partitions of a chunk at once, paged) and the lookup rows of the
-jobs found there (``get_many``, concurrent), and counts each row as
+jobs found there (``lookup_rows``, concurrent), and counts each row as
 
 - ``fired``: its bucket row is marked and its lookup row points here (status fired);
 - ``cancelled`` / ``dead``: marked, and the lookup row says so;
@@ -36,6 +36,7 @@ from .store.base import ShardCheckpoint, Store
 
 HOUR_MS = 3_600_000
 PAGE_ROWS = 1000
+LOOKUP_IDS = 4096  # lookup rows read per call (Cassandra: 64 concurrent IN reads of 64)
 PARTS_AT_ONCE = 64
 CATEGORIES = ("written", "fired", "cancelled", "dead", "moved", "pending")
 
@@ -122,8 +123,14 @@ def audit(store: Store, from_ms: int, to_ms: int,
     moved: dict[str, Job] = {}
     for i in range(0, len(parts), PARTS_AT_ONCE):
         chunk = parts[i:i + PARTS_AT_ONCE]
-        for (bucket, shard), rows in zip(chunk, read_partitions(store, chunk), strict=True):
-            report.partitions.append(_count(store, bucket, shard, rows, checkpoints.get(shard), width,
+        found = read_partitions(store, chunk)
+        # The lookup rows of the whole chunk at once (the bucket rows say what fired).
+        ids = [r.job_id for rows in found for r in rows]
+        lookups: dict[str, Job] = {}
+        for k in range(0, len(ids), LOOKUP_IDS):
+            lookups.update(store.lookup_rows(ids[k:k + LOOKUP_IDS]))
+        for (bucket, shard), rows in zip(chunk, found, strict=True):
+            report.partitions.append(_count(bucket, shard, rows, lookups, checkpoints.get(shard), width,
                                             report.violations, moved))
         if progress is not None:
             progress(min(i + PARTS_AT_ONCE, len(parts)), len(parts))
@@ -161,13 +168,9 @@ def read_partitions(store: Store, parts: Sequence[tuple[int, int]]) -> list[list
     return out
 
 
-def _count(store: Store, bucket: int, shard: int, rows: list[Job], cp: ShardCheckpoint | None,
+def _count(bucket: int, shard: int, rows: list[Job], lookups: dict[str, Job], cp: ShardCheckpoint | None,
            width: int, violations: list[Violation], moved: dict[str, Job]) -> PartCount:
     count = PartCount(bucket, shard, written=len(rows))
-    lookups: dict[str, Job] = {}
-    ids = [r.job_id for r in rows]
-    for i in range(0, len(ids), PAGE_ROWS):
-        lookups.update(store.get_many(ids[i:i + PAGE_ROWS]))
     for row in rows:
         lookup = lookups.get(row.job_id)
         category = classify(row, lookup)
