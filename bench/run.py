@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench import audit as audit_bench
 from bench import capacity
 from bench import due_now as due_now_bench
 from bench import enqueue as enqueue_bench
@@ -55,10 +56,11 @@ class Sizes:
     enqueue_async_jobs: int = 100_000
     due_now_s: int = 60
     sim_restarts: int = 1000  # fleetsim's rolling restart: how many of the 1,000 members
+    audit_jobs: int = 1_000_000
 
 
 QUICK = Sizes(10_000, 2, 1_000_000, 50_000, 3, 10, 15, 8_000, 24, 100_000, 20.0, 10_000, (500, 30, 3),
-              20_000, 15, 100)
+              20_000, 15, 100, 100_000)
 FULL = Sizes(20_000, 3, 10_000_000, 100_000, 5, 30, 30, 24_000, 45, 1_000_000, 120.0, 100_000,
              (1000, 120, 10))
 
@@ -187,6 +189,13 @@ def run_all(args: argparse.Namespace, sizes: Sizes) -> tuple[dict[str, Any], dic
     step("async_handlers", async_handlers)
     step("recurring", recurring)
     step("storage_steady_state", storage)
+
+    def audit_cost() -> dict[str, Any]:
+        r = audit_bench.run(args.host, sizes.audit_jobs)
+        return entry(r["audit_s"], f"s (audit of {r['jobs']:,} jobs)", r["plain_read_s"],
+                     "bare-driver full read of the same partitions", "reported", None, r, ratio=r["ratio"])
+
+    step("audit_cost", audit_cost)
 
     backlog_keys = {"poll_cost_backlog", "poller_rss_backlog", "peer_postgres"}
     if not args.only or backlog_keys & args.only:
