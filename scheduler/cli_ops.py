@@ -264,6 +264,9 @@ def audit(
         "--from", help="ISO time (default: the start of the last closed hour).")] = None,
     to: Annotated[str | None, typer.Option(
         help="ISO time (default: now with --from, else the end of the last closed hour).")] = None,
+    lookups: Annotated[bool, typer.Option(
+        "--lookups", help="Also read the whole lookup table for rows pointing into the range at "
+                          "no bucket row (costs a read of every job stored).")] = False,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -291,7 +294,8 @@ def audit(
             with Progress(disable=as_json or not sys.stderr.isatty(), transient=True) as bar:
                 task = bar.add_task("auditing partitions", total=None)
                 report = run_audit(st, start, end, lambda done, total: bar.update(task, completed=done,
-                                                                                  total=total))
+                                                                                  total=total),
+                                   lookups=lookups)
         finally:
             st.close()
     data = report.as_dict()

@@ -29,10 +29,16 @@ SELECT job_id, kind, payload, payload_json, due_at, fire_at, bucket, shard, stat
        attempts, fired_at, last_error
 FROM jobs WHERE job_id = ?;
 
+-- name: select_job_positions
+SELECT job_id, bucket, shard, fire_at FROM jobs WHERE bucket BETWEEN ? AND ?;
+
 -- name: insert_job
 INSERT OR REPLACE INTO jobs (job_id, kind, payload, payload_json, due_at, fire_at, bucket, shard,
                              status, attempts, fired_at, last_error, expires_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: select_job_positions
+SELECT job_id, bucket, shard, fire_at FROM jobs WHERE bucket BETWEEN ? AND ?;
 
 -- name: insert_job_once
 -- An occurrence that exists (fired, cancelled, retried) is left as it is.

@@ -8,7 +8,7 @@ of each says what a failure part-way leaves behind.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -206,6 +206,12 @@ class Store(ABC):
         against its bucket row (``get_many`` does that), for callers that hold the bucket
         rows already (the audit). Cassandra: one concurrent read per 64 ids."""
         return self._job_rows(job_ids)
+
+    @abstractmethod
+    def lookup_positions(self, first_bucket: int, last_bucket: int) -> Iterator[tuple[str, int, int, int]]:
+        """``(job_id, bucket, shard, fire_ms)`` of every lookup row whose position is in
+        the bucket range, streamed. Cassandra reads the whole lookup table for it (no
+        index serves a bucket range): the audit's opt-in ``--lookups`` scan, nothing else."""
 
     def get_many(self, job_ids: Sequence[str]) -> dict[str, Job]:
         """The jobs that exist among ``job_ids``, with their status.

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..keys import job_hash
@@ -15,7 +15,7 @@ from ..model import Job, Status
 from ..retention import ttl_s
 from .base import DEAD_LETTER_PARTS, DeadLetter
 from .casync import CqlSteps, Many, Run, dual
-from .cconf import dt_ms
+from .cconf import dt_ms, translate
 from .rows import bucket_key, bucket_params, job_params
 
 # Bucket-row batches stay under Cassandra's default 5 KiB batch warning threshold.
@@ -33,6 +33,7 @@ class CassandraFiring:
     _batch: Any
     _concurrent: Any
     run: Any
+    session: Any
     job_ttl: Any
     retention: Any
 
@@ -74,6 +75,14 @@ class CassandraFiring:
                                     job.due_ms, job.attempts + 1, error, now_ms,
                                     ttl_s(ret.dead_letter_ms(host), host))),
         ])
+
+    def lookup_positions(self, first_bucket: int, last_bucket: int) -> Iterator[tuple[str, int, int, int]]:
+        try:
+            for job_id, bucket, shard, fire in self.session.execute(self.prepared("select_job_positions")):
+                if bucket is not None and first_bucket <= bucket <= last_bucket:
+                    yield job_id, int(bucket), int(shard or 0), int(fire or 0)
+        except Exception as exc:
+            raise translate(exc, "scanning the lookup table") from exc
 
     @dual
     def dead_letters_in(self, part: int, after: str, limit: int) -> CqlSteps[list[DeadLetter]]:

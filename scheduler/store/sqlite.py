@@ -210,6 +210,10 @@ class SqliteStore(Store):
                 out[job_id] = job_from_row(rows[0])
         return out
 
+    def lookup_positions(self, first_bucket: int, last_bucket: int) -> Iterator[tuple[str, int, int, int]]:
+        for job_id, bucket, shard, fire in self._all(_q("select_job_positions"), (first_bucket, last_bucket)):
+            yield job_id, int(bucket), int(shard), int(fire)
+
     def _fired_at(self, jobs: Sequence[Job]) -> dict[str, int]:
         out: dict[str, int] = {}
         for job in jobs:

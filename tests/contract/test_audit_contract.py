@@ -117,3 +117,21 @@ def test_a_lookup_row_pointing_at_no_bucket_row_is_flagged(st: Store):
     assert report.totals()["moved"] == 2
     assert [(v.job_id, v.bucket, v.reason) for v in report.violations] == [
         ("gone", target.bucket, "its lookup row points at no bucket row")]
+
+
+def test_the_lookup_scan_finds_a_lookup_row_whose_bucket_row_is_missing(st: Store):
+    from scheduler.store.cassandra import CassandraStore
+
+    lost, fine = job("no-row", T0_MS + 1000), job("fine", T0_MS + 2000)
+    st.insert_many([lost, fine, job("later", T0_MS + 7_200_000)])
+    key = (lost.bucket, lost.shard, lost.fire_ms, lost.job_id)
+    if isinstance(st, CassandraStore):
+        st.session.execute(f"DELETE FROM {st.keyspace}.jobs_by_bucket WHERE bucket = %s AND shard = %s "
+                           "AND fire_at = %s AND job_id = %s", key)
+    else:
+        st._db.execute("DELETE FROM jobs_by_bucket WHERE bucket = ? AND shard = ? AND fire_at = ? "  # type: ignore[attr-defined]
+                       "AND job_id = ?", key)
+    assert audit(st, T0_MS, T0_MS + 59_999).violations == []  # the bucket side cannot see it
+    report = audit(st, T0_MS, T0_MS + 59_999, lookups=True)
+    assert [(v.job_id, v.reason) for v in report.violations] == [
+        ("no-row", "its lookup row points at no bucket row")]
