@@ -78,7 +78,9 @@ def build(client: Client, fleet: pages.Fleet, guard: Guard) -> Starlette:
             if not guard.allow_actions:
                 return render(request, "error.html", 403, back="/fleet", error=(
                     "actions are off: start the console with --allow-actions and SCHEDULER_CONSOLE_TOKEN"))
-            who = guard.check(request.cookies.get(COOKIE), str(form.get("csrf", "")), clock.now_ms() / 1000)
+            now_s = clock.now_ms() / 1000
+            who = (guard.bearer(request.headers.get("authorization"), request.headers.get("x-scheduler-user"))
+                   or guard.check(request.cookies.get(COOKIE), str(form.get("csrf", "")), now_s))
             if who is None:
                 log.warning("console action refused: no valid session or CSRF token",
                             extra={"action": f"console_{name}_refused", "client": _peer(request)})

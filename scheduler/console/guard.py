@@ -4,7 +4,8 @@ A person unlocks actions by entering the token (``SCHEDULER_CONSOLE_TOKEN``) and
 on the login form. The console then sets a session cookie ``name|expiry|mac`` (HttpOnly,
 SameSite=Strict), signed with a key made at start-up, so restarting the console ends
 every session. Each action form carries a CSRF token bound to that session; an action
-needs both. The token itself is never stored in the cookie or written to a log.
+needs both. Scripts send the token as ``Authorization: Bearer`` instead. The token
+itself is never stored in the cookie or written to a log.
 """
 
 from __future__ import annotations
@@ -53,6 +54,17 @@ class Guard:
     def csrf(self, cookie: str) -> str:
         """The CSRF token of the session ``cookie`` (forms carry it in a hidden field)."""
         return self._mac("csrf|" + cookie)
+
+    def bearer(self, authorization: str | None, user: str | None) -> str | None:
+        """A script's actor: ``Authorization: Bearer <token>`` (a browser never sends that
+        header by itself, so no CSRF token is needed) named by ``X-Scheduler-User``
+        (``api`` when absent or not a valid name). None when the token does not match."""
+        if not self.allow_actions or self.token is None or not authorization:
+            return None
+        scheme, _, given = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self.token.encode()):
+            return None
+        return user if user and self.valid_name(user) else "api"
 
     def check(self, cookie: str | None, csrf: str | None, now_s: float) -> str | None:
         """The actor's name when the session is live and ``csrf`` belongs to it, else None."""

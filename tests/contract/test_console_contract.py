@@ -119,3 +119,17 @@ def test_signed_in_actions_replay_cancel_pause_resume_and_refire(filled: Client,
     assert str(filled.recurring.get("nightly").state) == "active"
     r = http.post("/refire", data={"from": "", "to": "", "kind": "", "csrf": csrf})
     assert r.status_code == 200 and "re-fired 0 jobs" in r.text
+
+
+def test_a_script_acts_with_the_token_as_a_bearer_header(filled: Client):
+    http = console(filled)
+    wrong = http.post("/dead/replay", data={"job_id": "dead0"}, headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 403
+    assert {d.job_id for d in filled.dead_letters()} == {"dead0", "dead1", "dead2"}
+    r = http.post("/dead/replay", data={"job_id": "dead0"},
+                  headers={"Authorization": f"Bearer {TOKEN}", "X-Scheduler-User": "ops-bot"})
+    assert r.status_code == 200 and "replayed 1 jobs" in r.text
+    assert "dead0" not in {d.job_id for d in filled.dead_letters()}
+    off = console(filled, allow_actions=False)
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    assert off.post("/dead/replay", data={"job_id": "dead1"}, headers=bearer).status_code == 403

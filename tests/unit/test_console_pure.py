@@ -23,6 +23,15 @@ def test_a_session_needs_the_token_a_valid_name_and_actions_on():
     assert Guard(TOKEN, allow_actions=True).who(cookie, 1000) is None
 
 
+def test_a_bearer_token_names_the_script_or_api():
+    g = Guard(TOKEN, allow_actions=True)
+    assert g.bearer(f"Bearer {TOKEN}", "deploy-bot") == "deploy-bot"
+    assert g.bearer(f"bearer {TOKEN}", "bad name") == "api" and g.bearer(f"Bearer {TOKEN}", None) == "api"
+    assert g.bearer("Bearer wrong", "x") is None and g.bearer(TOKEN, None) is None
+    assert g.bearer(None, None) is None
+    assert Guard(TOKEN, allow_actions=False).bearer(f"Bearer {TOKEN}", None) is None
+
+
 def test_csrf_tokens_belong_to_one_session():
     g = Guard(TOKEN, allow_actions=True)
     a, b = g.login(TOKEN, "alice", 0), g.login(TOKEN, "bob", 0)
