@@ -116,6 +116,9 @@ class Fleet:
 
     def rebalance(self) -> None:
         poller, coord = self.poller, self.coord
+        # Set again below only when this tick reached the plan and found none; a tick
+        # that returns earlier (a membership change, the store gate) waits a whole tick.
+        self._awaiting_plan = False
         if coord.session_lost():
             for shard in poller.shards:
                 poller.lose(shard, "the ZooKeeper session expired")
