@@ -98,19 +98,28 @@ def zookeeper_security(env: Mapping[str, str] | None = None) -> ZkSecurity:
     return ZkSecurity(tls=_tls(env, "SCHEDULER_ZK"), readers=readers)
 
 
+def _secret(env: Mapping[str, str], name: str, file_first: bool) -> str | None:
+    """``name``'s value, or the contents of the file named by ``name_FILE`` (stripped),
+    whichever is set first in the given order; None when neither is. ``ConfigError``
+    names the variable of a file that cannot be read (never its contents)."""
+    for key in ((f"{name}_FILE", name) if file_first else (name, f"{name}_FILE")):
+        if not env.get(key):
+            continue
+        if not key.endswith("_FILE"):
+            return env[key].strip()
+        try:
+            with open(env[key], encoding="utf-8") as fh:
+                return fh.read().strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read {key}: {exc.strerror}") from None
+    return None
+
+
 def zookeeper_credentials(env: Mapping[str, str] | None = None) -> str | None:
     """``user:password`` for ZooKeeper digest auth from ``SCHEDULER_ZK_AUTH`` or the file
     named by ``SCHEDULER_ZK_AUTH_FILE``; never from the command line."""
-    env = os.environ if env is None else env
-    if env.get("SCHEDULER_ZK_AUTH"):
-        cred = env["SCHEDULER_ZK_AUTH"]
-    elif env.get("SCHEDULER_ZK_AUTH_FILE"):
-        try:
-            with open(env["SCHEDULER_ZK_AUTH_FILE"], encoding="utf-8") as fh:
-                cred = fh.read().strip()
-        except OSError as exc:
-            raise ConfigError(f"cannot read SCHEDULER_ZK_AUTH_FILE: {exc.strerror}") from None
-    else:
+    cred = _secret(os.environ if env is None else env, "SCHEDULER_ZK_AUTH", file_first=False)
+    if cred is None:
         return None
     if ":" not in cred or cred.startswith(":"):
         raise ConfigError("ZooKeeper credentials must look like user:password")
@@ -124,16 +133,8 @@ def console_token(env: Mapping[str, str] | None = None) -> str | None:
     """The console's action token from the file named by ``SCHEDULER_CONSOLE_TOKEN_FILE``
     (preferred) or ``SCHEDULER_CONSOLE_TOKEN``; None when neither is set. Raises
     ``ConfigError`` for an unreadable file or a token too short to resist guessing."""
-    env = os.environ if env is None else env
-    if env.get("SCHEDULER_CONSOLE_TOKEN_FILE"):
-        try:
-            with open(env["SCHEDULER_CONSOLE_TOKEN_FILE"], encoding="utf-8") as fh:
-                token = fh.read().strip()
-        except OSError as exc:
-            raise ConfigError(f"cannot read SCHEDULER_CONSOLE_TOKEN_FILE: {exc.strerror}") from None
-    elif env.get("SCHEDULER_CONSOLE_TOKEN"):
-        token = env["SCHEDULER_CONSOLE_TOKEN"].strip()
-    else:
+    token = _secret(os.environ if env is None else env, "SCHEDULER_CONSOLE_TOKEN", file_first=True)
+    if token is None:
         return None
     if len(token) < CONSOLE_TOKEN_MIN:
         raise ConfigError(f"the console token must be at least {CONSOLE_TOKEN_MIN} characters; "

@@ -52,3 +52,21 @@ def test_the_heatmap_folds_shards_into_rows_of_their_worst_lag():
     assert LagHistory().heatmap().rows == []
     assert [level(x, 60) for x in (0, 69.9, 70, 119, 120, 359, 360)] == [0, 0, 1, 1, 2, 2, 3]
     assert level(15, 10) == 0 and level(20, 10) == 1
+
+
+def test_the_token_comes_from_its_file_first_and_must_be_long(tmp_path):
+    import pytest
+
+    from scheduler.errors import ConfigError
+    from scheduler.settings import console_token
+
+    f = tmp_path / "token"
+    f.write_text(TOKEN + "\n")
+    both = {"SCHEDULER_CONSOLE_TOKEN_FILE": str(f), "SCHEDULER_CONSOLE_TOKEN": "x" * 20}
+    assert console_token(both) == TOKEN
+    assert console_token({"SCHEDULER_CONSOLE_TOKEN": "y" * 16}) == "y" * 16
+    assert console_token({}) is None
+    with pytest.raises(ConfigError, match="at least 16"):
+        console_token({"SCHEDULER_CONSOLE_TOKEN": "short"})
+    with pytest.raises(ConfigError, match="cannot read SCHEDULER_CONSOLE_TOKEN_FILE"):
+        console_token({"SCHEDULER_CONSOLE_TOKEN_FILE": str(tmp_path / "missing")})
