@@ -1,10 +1,10 @@
 """The web console in a real browser: Debian's Chromium through Selenium and
 chromedriver (ops/setup installs both; a missing one fails in CI and skips elsewhere).
 
-The store is filled by a short ``scheduler demo`` run, plus dead letters and a recurring
-schedule; a ``scheduler run`` poller owns the shards and ``scheduler console
---allow-actions`` serves it. Screenshots of every page go to ``.data/artifacts/console``
-(``$SCHEDULER_TEST_ARTIFACTS`` to change it).
+Each test runs on both stores. The store is filled by a short ``scheduler demo`` run,
+plus dead letters and a recurring schedule; a ``scheduler run`` poller owns the shards
+and ``scheduler console --allow-actions`` serves it. Screenshots of every page go to
+``.data/artifacts/console`` (``$SCHEDULER_TEST_ARTIFACTS`` to change it).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import os
 import socket
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -23,7 +24,7 @@ import pytest
 
 from scheduler import Client, Status
 from scheduler.store import open_store
-from tests.conftest import require_tool
+from tests.conftest import CASSANDRA_HOSTS, CASSANDRA_PORT, cassandra_url, require_server, require_tool
 from tests.procs import ROOT, free_port, kill_all, start_poller, wait_until
 
 TOKEN = "browser-test-console-token-0123"
@@ -37,6 +38,7 @@ class Console:
     url: str
     store_url: str
     base: str
+    suffix: str  # of the screenshots' names: "" on the embedded store, "-cassandra"
 
 
 def _listening(port: int) -> bool:
@@ -44,10 +46,14 @@ def _listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-@pytest.fixture(scope="module")
-def console(tmp_path_factory: Any) -> Iterator[Console]:
+@pytest.fixture(scope="module", params=["sqlite", "cassandra"])
+def console(request: Any, tmp_path_factory: Any) -> Iterator[Console]:
     tmp = tmp_path_factory.mktemp("console")
-    store_url = f"sqlite:///{tmp}/store.db"
+    if request.param == "sqlite":
+        store_url = f"sqlite:///{tmp}/store.db"
+    else:
+        require_server("Cassandra", CASSANDRA_HOSTS.split(",")[0], CASSANDRA_PORT, "ops/cassandra start")
+        store_url = cassandra_url("console_" + uuid.uuid4().hex[:10])
     demo = subprocess.run([sys.executable, "-m", "scheduler", "demo", "--jobs", "300", "--seconds", "2",
                            "--store", store_url, "--json"], cwd=ROOT, capture_output=True, text=True,
                           timeout=120, check=False)
@@ -75,12 +81,16 @@ def console(tmp_path_factory: Any) -> Iterator[Console]:
     try:
         wait_until(lambda: _listening(port) or proc.poll() is not None, 30, "the console to listen")
         assert proc.poll() is None, (tmp / "console.log").read_text()[-2000:]
-        yield Console(f"http://127.0.0.1:{port}", store_url,
-                      f"bucket={job.bucket}&shard={job.shard}")
+        suffix = "" if request.param == "sqlite" else "-cassandra"
+        yield Console(f"http://127.0.0.1:{port}", store_url, f"bucket={job.bucket}&shard={job.shard}", suffix)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
         kill_all([poller])
+        if request.param == "cassandra":
+            admin = open_store(store_url)
+            admin.session.execute(f"DROP KEYSPACE IF EXISTS {admin.keyspace}")  # type: ignore[attr-defined]
+            admin.close()
         log_text = (tmp / "console.log").read_text()
         assert TOKEN not in log_text, "the token must never reach a log"
 
@@ -121,7 +131,7 @@ def test_every_page_loads_and_the_fleet_page_refreshes_itself(console: Console, 
         browser.get(console.url + path.format(**dict(p.split("=") for p in console.base.split("&"))))
         assert not _errors(browser), (name, _errors(browser))
         assert browser.find_element(By.TAG_NAME, "h1").text, name
-        _shot(browser, name)
+        _shot(browser, name + console.suffix)
     browser.get(console.url + "/schedules")
     assert {"settlement", "cache-refresh"} <= set(browser.find_element(By.ID, "schedules").text.split())
     # htmx swaps the fleet part in place every 10 s: the sample time moves on without a reload.
@@ -132,7 +142,7 @@ def test_every_page_loads_and_the_fleet_page_refreshes_itself(console: Console, 
         "return document.getElementById('fleet-live').dataset.mark") is None, 25, "htmx to refresh the fleet")
     assert browser.find_element(By.CSS_SELECTOR, "#fleet-live .meta").text != first
     assert "nobody" not in browser.find_element(By.ID, "pollers").text  # the poller owns every shard
-    _shot(browser, "fleet")
+    _shot(browser, "fleet" + console.suffix)
 
 
 def test_actions_are_refused_without_the_token(console: Console, browser: Any):
@@ -154,7 +164,7 @@ def test_actions_are_refused_without_the_token(console: Console, browser: Any):
     browser.find_element(By.NAME, "token").send_keys("not-the-token-at-all")
     browser.find_element(By.CSS_SELECTOR, "#login button").click()
     wait_until(lambda: bool(_errors(browser)), 10, "the refused sign-in")
-    _shot(browser, "refused")
+    _shot(browser, "refused" + console.suffix)
     store = open_store(console.store_url)
     try:
         assert "d0" in {d.job_id for d in store.dead_letters()}
@@ -179,7 +189,7 @@ def test_a_replay_through_the_form_reaches_the_store(console: Console, browser: 
     browser.switch_to.alert.accept()  # the confirmation a destructive action asks for
     WebDriverWait(browser, 10).until(ec.presence_of_element_located((By.ID, "done")))
     assert "replayed 1 jobs: d1" in browser.find_element(By.ID, "done").text
-    _shot(browser, "replayed")
+    _shot(browser, "replayed" + console.suffix)
     store = open_store(console.store_url)
     try:
         assert {d.job_id for d in store.dead_letters()} == {"d0", "d2", "d3"}
