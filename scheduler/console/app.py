@@ -40,10 +40,6 @@ def iso(ms: int | None) -> str:
     return "" if ms is None else from_ms(ms).isoformat(timespec="seconds")
 
 
-class ActionRefused(Exception):
-    pass
-
-
 def build(client: Client, fleet: pages.Fleet, guard: Guard) -> Starlette:
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.filters.update(iso=iso, ranges=shard_ranges, level=level, levels=levels)
