@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 
 from scheduler.clock import SystemClock
+from scheduler.keys import bucket_of_ms
+from scheduler.model import Job
 from scheduler.store import SchemaOptions, Store, open_store
 
 CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -115,6 +117,13 @@ def make_store(kind: str, request: Any, tmp_path: Any, options: SchemaOptions | 
     store.apply_schema(options or SchemaOptions(),
                        SystemClock().now_ms() if now_ms is None else now_ms)
     return store
+
+
+def bucket_job(job_id: str, fire_ms: int, kind: str = "k", shard: int = 0, data: bytes = b"{}") -> Job:
+    """A pending job due at ``fire_ms`` in its 60 s bucket, for tests that write rows
+    straight into a store."""
+    return Job(job_id=job_id, kind=kind, data=data, data_json=True, due_ms=fire_ms,
+               fire_ms=fire_ms, bucket=bucket_of_ms(fire_ms, 60), shard=shard)
 
 
 @pytest.fixture(params=["sqlite", "cassandra"])

@@ -9,12 +9,11 @@ from typing import Any
 import pytest
 
 from scheduler.audit import audit, classify, passed
-from scheduler.keys import bucket_of_ms
-from scheduler.model import Job, Status
+from scheduler.model import Status
 from scheduler.progress import Checkpoint
 from scheduler.store import SchemaOptions, Store
 from scheduler.store.base import ShardCheckpoint
-from tests.conftest import make_store
+from tests.conftest import bucket_job, make_store
 
 T0_MS = 1_800_000_000_000  # a bucket boundary (60 s buckets)
 B0 = T0_MS // 1000
@@ -28,9 +27,7 @@ def st(store_kind: str, request: Any, tmp_path: Any) -> Iterator[Store]:
     s.close()
 
 
-def job(job_id: str, fire_ms: int, shard: int = 0) -> Job:
-    return Job(job_id=job_id, kind="k", data=b"{}", data_json=True, due_ms=fire_ms,
-               fire_ms=fire_ms, bucket=bucket_of_ms(fire_ms, 60), shard=shard)
+job = bucket_job
 
 
 def test_counts_by_outcome_and_flags_exactly_the_lost_row(st: Store):

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from scheduler.keys import bucket_of_ms
-from scheduler.model import Job, refired_from
+from scheduler.model import refired_from
 from scheduler.refire import counts_by_kind, fired_in_window, refire_id, specs
 from scheduler.store import SchemaOptions, Store
-from tests.conftest import make_store
+from tests.conftest import bucket_job, make_store
 
 T0_MS = 1_800_000_000_000
 S = 2
@@ -24,9 +24,7 @@ def st(store_kind: str, request: Any, tmp_path: Any) -> Iterator[Store]:
     s.close()
 
 
-def job(job_id: str, fire_ms: int, kind: str = "email", shard: int = 0, data: bytes = b'{"n":1}') -> Job:
-    return Job(job_id=job_id, kind=kind, data=data, data_json=True, due_ms=fire_ms,
-               fire_ms=fire_ms, bucket=bucket_of_ms(fire_ms, 60), shard=shard)
+job = functools.partial(bucket_job, kind="email", data=b'{"n":1}')
 
 
 def test_finds_the_firings_recorded_in_the_window_only(st: Store):
