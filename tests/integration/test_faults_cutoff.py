@@ -83,8 +83,12 @@ def test_poller_cut_off_from_cassandra_releases_its_shards_and_rejoins(cassandra
     window = (cut_at - 3000, max(due.values()) - 2000)
     report = measure("poller cut off from cassandra", records, due, window=window)
     report.recovery_s = round((taken_at - cut_at) / 1000, 2)
+    # From 1 s before the cut: a job fired just before it has its outcome gathered by the
+    # recorder (up to 100 ms) or in flight when the partition starts, and the proxy
+    # drops what it had buffered. README, "Duplicates": finished in the last ~100 ms,
+    # plus outcomes whose write was in flight.
     fired_in_cut = {r.job_id for r in records
-                    if r.pid == cut_off.pid and cut_at <= r.fired_ms <= restored_at}
+                    if r.pid == cut_off.pid and cut_at - 1000 <= r.fired_ms <= restored_at}
     dups = duplicate_ids(records)
     report.notes = {"left_after_s": round((left_at - cut_at) / 1000, 1),
                     "shards_taken_after_s": report.recovery_s,
@@ -93,8 +97,10 @@ def test_poller_cut_off_from_cassandra_releases_its_shards_and_rejoins(cassandra
                     "restarts": pollers.restarts}
     report.save()
     assert report.lost == 0 and report.early == 0, report
-    # Only jobs the cut-off poller fired while it could not record them may repeat.
-    assert dups <= fired_in_cut, (sorted(dups - fired_in_cut)[:5], report)
+    # Only jobs the cut-off poller fired and could not record may repeat.
+    unexplained = [(r.job_id, "cut-off" if r.pid == cut_off.pid else "healthy", r.fired_ms - cut_at)
+                   for r in records if r.job_id in dups - fired_in_cut]
+    assert dups <= fired_in_cut, (unexplained[:10], report)
     assert not pollers.crashes and codes == [0, 0], report
     log = Path(f"{out}.log").read_text()
     assert '"action": "member_stepped_out"' in log and '"action": "member_rejoined"' in log
