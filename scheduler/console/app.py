@@ -181,7 +181,9 @@ def build(client: Client, fleet: pages.Fleet, guard: Guard) -> Starlette:
         log.info("console sign-in by %s", who, extra={"action": "console_login", "who": who,
                                                      "client": _peer(request)})
         response = RedirectResponse("/fleet", status_code=303)
-        response.set_cookie(COOKIE, cookie, max_age=SESSION_S, httponly=True, samesite="strict")
+        # Secure when served over TLS: the browser then never sends it in the clear.
+        response.set_cookie(COOKIE, cookie, max_age=SESSION_S, httponly=True, samesite="strict",
+                            secure=request.url.scheme == "https")
         return response
 
     async def logout(request: Request) -> Response:
