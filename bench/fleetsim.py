@@ -20,10 +20,15 @@ Reported:
   a planned leave and a kill -9) and ``shards_moved`` (N = 4, S = 64) against the
   measured figures, when given.
 
+ZooKeeper reads are counted as ``zkcoord`` makes them: at rest only each member's lease
+renewal (one read per session timeout / 6); a membership change fires every member's
+watch on the member list (one read each), a publish every member's watch on the plan
+(its stat and its data), a released lock node its holder's watch.
+
 Simplifications, stated: a member's tick does the fleet's work instantly except the
 modelled ZooKeeper and claim latencies; members that nothing concerns are not stepped,
-their polling reads are counted (2 per tick); sessions of members killed together
-expire together (ZooKeeper expires them on its tick).
+their lease reads are counted; sessions of members killed together expire together
+(ZooKeeper expires them on its tick).
 
     .venv/bin/python -m bench.fleetsim [--members 1000] [--shards 16384] [--json]
 """
@@ -49,6 +54,7 @@ class Model:
 
     tick_s: float = 0.5            # fleet.Fleet tick_s
     debounce_s: float = 1.0        # fleet.Fleet debounce_s
+    session_s: float = 4.0         # the session timeout (zkmodel's; pollers default to 10 s)
     expiry_s: float = 4.5          # kill -9 until the session's nodes are gone (timeout 4 s)
     read_s: float = 0.0006
     write_s: float = 0.003
@@ -135,6 +141,9 @@ class Sim:
     def membership(self, names: tuple[str, ...]) -> None:
         self.zk_members, self.last_change = names, self.t
         self.ops["writes"] += 1
+        # Every member's watch on the list fires; each reads the list once.
+        self.ops["watches"] += len(names)
+        self.ops["reads"] += len(names)
         if names:
             self.activate(names[0])  # the leader: it publishes
 
@@ -184,7 +193,6 @@ class Sim:
         if not mem.alive:
             mem.active = False
             return
-        self.ops["reads"] += 2  # get_children(members), exists(assignment)
         members = self.zk_members
         again, waiting = True, False
         if members != mem.seen:
@@ -221,6 +229,7 @@ class Sim:
             self.lock[shard] = None
             self.lock_free_at[shard] = now
             self.ops["writes"] += 1
+            self.ops["watches"] += 1  # ours on the lock node, which marks it; no read follows
             self.moves += 1
         for shard in sorted(mine - mem.held):
             if self.lock.get(shard) is None and self.lock_free_at.get(shard, 0.0) <= now:
@@ -244,8 +253,9 @@ class Sim:
         self.by_owner = owner_index(new)
         self.publishes += 1
         self.ops["writes"] += 1
-        # Every member sees the new version at its next tick and reads the plan once.
-        self.ops["reads"] += len(self.zk_members)
+        # Every member's watch on the plan fires; each reads its stat and its data once.
+        self.ops["watches"] += len(self.zk_members)
+        self.ops["reads"] += 2 * len(self.zk_members)
         self.ops["bytes_read"] += len(self.zk_members) * self.plan_bytes
         for shard, owner in new.owners.items():
             if old.owners.get(shard) != owner:
@@ -261,9 +271,9 @@ class Sim:
         self.run_until_quiet()
         return self.t
 
-    def polling_reads(self, seconds: float) -> int:
-        """Reads by the members nothing concerned: 2 per tick each."""
-        return int(2 * len(self.zk_members) * seconds / self.m.tick_s)
+    def lease_reads(self, seconds: float) -> int:
+        """Reads at rest: each member renews its lease every session timeout / 6."""
+        return int(6 * len(self.zk_members) * seconds / self.m.session_s)
 
 
 def owner_index(plan: Plan) -> dict[str, set[int]]:
@@ -292,7 +302,7 @@ def change(n: int, s: int, model: Model, kind: str) -> dict[str, Any]:
     moved = sum(1 for shard, owner in sim.plan.owners.items() if before.get(shard) != owner)
     duration = sim.t - 10.0
     ops = {k: sim.ops[k] - ops0[k] for k in ops0}
-    ops["reads"] += sim.polling_reads(duration)
+    ops["reads"] += sim.lease_reads(duration)
     ideal = ideal_moves(s, n + 1 if kind == "join" else n)
     return {"moved": moved, "ideal": round(ideal, 1), "ratio": round(moved / ideal, 3),
             "compute_ms": round(max(sim.compute_s) * 1000, 2), "seconds_to_settle": round(duration, 2),
@@ -367,7 +377,7 @@ def fleetsim(members: int = 1000, shards: int = 16384, zk: dict[str, Any] | None
     compute = max(join["compute_ms"], leave["compute_ms"])
     return {"benchmark": "fleetsim", "members": members, "shards": shards, "model": model.__dict__,
             "join": join, "leave": leave, "moves_ratio_max": worst_move, "compute_ms_max": compute,
-            "polling_reads_per_s": round(2 * members / model.tick_s),
+            "rest_reads_per_s": round(6 * members / model.session_s),
             "rolling_restart": rolling, "zone_outage": outage,
             "cross_check": cross_check(model, measured),
             "goal": "moves <= 1.1x S/N, compute < 100 ms",

@@ -9,6 +9,12 @@ alive at t, so the server will not expire it before t + session timeout. We fire
 until t + session_timeout / 2 and renew every session_timeout / 6, and stop at once on
 SUSPENDED. A process frozen (SIGSTOP, a long GC pause) past its session therefore finds
 its lease expired when it wakes, before its first release.
+
+Reads at rest: only the lease's round trip. The member list, the plan and our lock nodes
+are read again when a watch says they changed (or after a reconnect): a one-shot watch
+only marks what it watched as stale, and the next read arms a new one. Polling them
+cost 4 reads per member per second plus every held lock per heartbeat (at 1,000 members
+and 16,384 shards: about 14,000 reads/s).
 """
 
 from __future__ import annotations
@@ -45,6 +51,11 @@ class ZooKeeperCoordinator:
                                connection_retry=RECONNECT)
         self.member_id = ""
         self._plan: tuple[Plan | None, int] = (None, -1)
+        self._plan_zxid = -1  # mzxid of the plan read: unlike the version, it survives a re-create
+        self._plan_stale = True
+        self._members: list[str] = []
+        self._members_stale = True
+        self._suspect: set[int] = set()  # held shards whose lock node's watch fired
         self._locks: dict[int, Any] = {}
         self._tokens: dict[int, int] = {}
         self._lock = threading.Lock()
@@ -73,7 +84,6 @@ class ZooKeeperCoordinator:
         for path in (f"{self.root}/members", f"{self.root}/locks"):
             self.zk.ensure_path(path)
         heal_acls(self.zk, self.root, self.zk.default_acl)
-        # The fleet reads the member list every tick (0.5 s), so no watch is needed.
         try:
             self._create_member(f"{self.root}/members/{member_id}")
         except ConfigError:
@@ -136,6 +146,11 @@ class ZooKeeperCoordinator:
                 log.error("ZooKeeper session lost: every shard lock is gone",
                           extra={"action": "zk_session_lost"})
         else:
+            # Watches fire for what changed while we were away (kazoo re-arms them), but a
+            # read after a reconnect costs little and depends on nothing.
+            self._members_stale = self._plan_stale = True
+            with self._lock:
+                self._suspect |= set(self._locks)
             self._suspended = False
             log.info("ZooKeeper connected", extra={"action": "zk_connected"})
 
@@ -156,28 +171,53 @@ class ZooKeeperCoordinator:
                 self._verify_locks()
 
     def _verify_locks(self) -> None:
-        """After a reconnect (or any time): drop locks whose node is gone or not ours."""
+        """Drop locks whose node is gone or not ours, reading only those whose watch
+        fired (every held one after a reconnect). A failed read leaves them suspect."""
         if not self.zk.connected:
             return
-        for shard, lock in list(self._locks.items()):
+        with self._lock:
+            suspects, self._suspect = sorted(self._suspect), set()
+        for i, shard in enumerate(suspects):
+            lock = self._locks.get(shard)
+            if lock is None:
+                continue  # released: its node's deletion fired the watch
             try:
-                stat = self.zk.exists(f"{lock.path}/{lock.node}") if lock.node else None
+                stat = self.zk.exists(f"{lock.path}/{lock.node}", watch=self._on_lock) if lock.node else None
             except Exception:
+                with self._lock:
+                    self._suspect.update(suspects[i:])
                 return
             if stat is None or stat.czxid != self._tokens.get(shard):
                 with self._lock:
                     self._locks.pop(shard, None)
                     self._tokens.pop(shard, None)
 
+    # Watch callbacks run on kazoo's event thread: they only mark, never call ZooKeeper.
+    def _on_members(self, event: Any) -> None:
+        self._members_stale = True
+
+    def _on_plan(self, event: Any) -> None:
+        self._plan_stale = True
+
+    def _on_lock(self, event: Any) -> None:
+        """``event.path`` is ``<root>/locks/<shard>/<node>``."""
+        with contextlib.suppress(ValueError, IndexError, AttributeError), self._lock:
+            self._suspect.add(int(event.path.rsplit("/", 2)[-2]))
+
     # --- queries ----------------------------------------------------------------------
 
     def members(self) -> list[str]:
         if not self.zk.connected:  # kazoo would hold the call until it reconnects
             return []
-        try:
-            return sorted(self.zk.get_children(f"{self.root}/members"))
-        except Exception:
-            return []
+        if self._members_stale:
+            # Cleared before the read, which arms the next watch: no change is missed.
+            self._members_stale = False
+            try:
+                self._members = sorted(self.zk.get_children(f"{self.root}/members", watch=self._on_members))
+            except Exception:
+                self._members_stale = True
+                return []
+        return list(self._members)
 
     def try_acquire(self, shard: int) -> int | None:
         if shard in self._locks:
@@ -188,7 +228,7 @@ class ZooKeeperCoordinator:
         try:
             if not lock.acquire(blocking=False):
                 return None
-            stat = self.zk.exists(f"{lock.path}/{lock.node}")
+            stat = self.zk.exists(f"{lock.path}/{lock.node}", watch=self._on_lock)
         except Exception as exc:
             log.warning("acquiring shard %d failed: %s", shard, exc, extra={"action": "zk_lock_failed"})
             return None
@@ -225,6 +265,7 @@ class ZooKeeperCoordinator:
 
         if not self.zk.connected:
             raise StoreUnavailable("leaving the fleet failed: ZooKeeper is not connected")
+        self._members_stale = True
         try:
             self.zk.delete(f"{self.root}/members/{self.member_id}")
         except NoNodeError:
@@ -233,16 +274,21 @@ class ZooKeeperCoordinator:
             raise StoreUnavailable(f"leaving the fleet failed: {exc!r}") from None
 
     def read_plan(self) -> tuple[Plan | None, int]:
-        """Reads the node's version every call and its data only when that changed."""
+        """Reads the node's stat only after its watch fired (or a reconnect, or a
+        publish), and its data only when it changed."""
+        if not self._plan_stale:
+            return self._plan
         path = f"{self.root}/assignment"
+        self._plan_stale = False  # before the read, which arms the next watch
         try:
-            stat = self.zk.exists(path)
+            stat = self.zk.exists(path, watch=self._on_plan)
             if stat is None:
-                return None, -1
-            if stat.version != self._plan[1]:
+                self._plan, self._plan_zxid = (None, -1), -1
+            elif stat.mzxid != self._plan_zxid:
                 data, stat = self.zk.get(path)
-                self._plan = (decode(data), stat.version)
+                self._plan, self._plan_zxid = (decode(data), stat.version), stat.mzxid
         except Exception as exc:  # ConnectionLoss, NoNode (deleted meanwhile), a timeout
+            self._plan_stale = True
             raise StoreUnavailable(f"reading the fleet's shard assignment failed: {exc!r}") from None
         return self._plan
 
@@ -250,6 +296,7 @@ class ZooKeeperCoordinator:
         from kazoo.exceptions import BadVersionError, NodeExistsError
 
         path, data = f"{self.root}/assignment", encode(plan)
+        self._plan_stale = True  # whatever happens, read it again
         try:
             if version < 0:
                 self.zk.create(path, data)
@@ -266,6 +313,7 @@ class ZooKeeperCoordinator:
 
         if not self.zk.connected:
             raise StoreUnavailable("joining the fleet failed: ZooKeeper is not connected")
+        self._members_stale = True
         try:
             self.zk.create(f"{self.root}/members/{self.member_id}", b"", ephemeral=True)
         except NodeExistsError:

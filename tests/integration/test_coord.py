@@ -122,3 +122,64 @@ def test_the_plan_is_published_by_compare_and_set(kind, request):
     finally:
         a.stop()
         b.stop()
+
+
+def test_at_rest_a_member_reads_only_its_lease_and_watches_say_what_changed(zk_root):
+    """The member list, the plan and held lock nodes are read again only when a watch
+    fired: repeated calls at rest make no reads, yet a join, a leave, a publish by
+    another member and a lock node deleted behind the holder's back are all seen."""
+    from scheduler.plan import Plan
+
+    a = coord(zk_root, "a")
+    reads = {"get_children": 0, "exists": 0, "get": 0}
+
+    def counting(name: str):
+        real = getattr(a.zk, name)
+
+        def call(path, *args, **kw):
+            if not path.endswith("/members/a"):  # the lease's own exists() is not counted
+                reads[name] += 1
+            return real(path, *args, **kw)
+        return call
+
+    for name in reads:  # a spy on the real client's calls, which still reach the server
+        setattr(a.zk, name, counting(name))
+    b = None
+    try:
+        assert a.members() == ["a"] and a.read_plan() == (None, -1)
+        assert a.try_acquire(5) is not None
+        before = dict(reads)
+        for _ in range(20):
+            assert a.members() == ["a"] and a.read_plan() == (None, -1)
+        time.sleep(a.session_timeout_s / 6 * 2.5)  # two lease renewals
+        assert reads == before, "no reads at rest"
+        b = coord(zk_root, "b")
+        wait(lambda: a.members() == ["a", "b"], "a to see b join")
+        plan = Plan(("a", "b"), {0: "a", 1: "b"})
+        assert b.publish_plan(plan, -1)
+        wait(lambda: a.read_plan() == (plan, 0), "a to see b's plan")
+        b.stop()
+        b = None
+        wait(lambda: a.members() == ["a"], "a to see b leave")
+        lock_dir = f"{zk_root}/locks/5"
+        admin = KazooClient(hosts=ZOOKEEPER_HOSTS)
+        admin.start(timeout=10)
+        try:
+            for node in admin.get_children(lock_dir):
+                admin.delete(f"{lock_dir}/{node}")  # as an operator's cleanup would
+        finally:
+            admin.stop()
+            admin.close()
+        wait(lambda: a.held() == set(), "a to drop the lock whose node went")
+        assert a.lease_valid()
+    finally:
+        a.stop()
+        if b is not None:
+            b.stop()
+
+
+def wait(pred, what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
