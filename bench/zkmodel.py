@@ -14,7 +14,7 @@ Measured (medians unless named):
 - ``expiry_s``: from a member process's kill -9 until its ephemeral node is gone, with
   a 4 s session timeout (ZooKeeper expires sessions on its tick, so this exceeds 4 s).
 - ``reads_per_s``: ``get_children`` of the members from all sessions at once, the
-  server's throughput for the fleet's polling.
+  server's read throughput (a membership change makes every member read the list once).
 
     .venv/bin/python -m bench.zkmodel [--zk 127.0.0.1:2181] [--sessions 100] [--locks 16384] [--json]
 """
@@ -85,7 +85,8 @@ def zkmodel(zk_hosts: str, sessions: int = 100, locks: int = 16384) -> dict[str,
         coords.sort(key=lambda c: c.member_id)
         first = coords[0]
         zk = first.zk
-        members_read = _median_s(first.members, 200)
+        # The raw read, not coord.members(): that answers from its cache until a watch fires.
+        members_read = _median_s(lambda: zk.get_children(f"{root}/members"), 200)
         read = _median_s(lambda: zk.exists(f"{root}/members"), 200)
         names = tuple(sorted(f"member-{i:04d}" for i in range(sessions)))
         plan = Plan(names, rebalance({}, range(locks), names))
@@ -121,14 +122,15 @@ def zkmodel(zk_hosts: str, sessions: int = 100, locks: int = 16384) -> dict[str,
                 t0 = time.perf_counter()
                 c.release(shard)
                 release.append(time.perf_counter() - t0)
-        # The fleet's polling: every session reads the members at once, for 3 s.
+        # The server's read throughput: every session reads the members at once, for 3 s
+        # (what a membership change makes every member do once).
         count = [0]
         stop_at = time.monotonic() + 3.0
 
         def poll(c: ZooKeeperCoordinator) -> None:
             n = 0
             while time.monotonic() < stop_at:
-                c.members()
+                c.zk.get_children(f"{root}/members")
                 n += 1
             count[0] += n
         with ThreadPoolExecutor(min(sessions, 32)) as pool:
