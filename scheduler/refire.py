@@ -23,10 +23,10 @@ from typing import Any
 
 import mmh3
 
-from .audit import PARTS_AT_ONCE, read_partitions
+from .audit import LOOKUP_IDS, PARTS_AT_ONCE, classify, read_partitions
 from .jobspec import JobSpec
 from .keys import bucket_of_ms, from_ms
-from .model import MAX_JOB_ID_BYTES, Job, Status, refired_from
+from .model import MAX_JOB_ID_BYTES, Job, refired_from
 from .store.base import Store
 
 PREFIX = "refire:"
@@ -62,18 +62,19 @@ def fired_in_window(store: Store, start_ms: int, end_ms: int, kind: str | None =
     found: list[Found] = []
     for i in range(0, len(parts), PARTS_AT_ONCE):
         chunk = parts[i:i + PARTS_AT_ONCE]
-        for rows in read_partitions(store, chunk):
-            hits = [r for r in rows if r.fired_ms is not None and start_ms <= r.fired_ms <= end_ms
-                    and r.kind and (kind is None or r.kind == kind)]
-            if not hits:
-                continue
-            lookups = store.get_many([r.job_id for r in hits])
-            for r in hits:
-                now = lookups.get(r.job_id)
-                # Fired here, not retired by a cancel or a move to another position.
-                if now is not None and now.status is Status.FIRED and (now.bucket, now.fire_ms) == (
-                        r.bucket, r.fire_ms):
-                    found.append(Found(r, r.fired_ms or 0))
+        hits = [r for rows in read_partitions(store, chunk) for r in rows
+                if r.fired_ms is not None and start_ms <= r.fired_ms <= end_ms
+                and r.kind and (kind is None or r.kind == kind)]
+        # The lookup rows as stored, a chunk at once: the bucket rows in hand already say
+        # they fired (get_many would read them again to derive that).
+        lookups: dict[str, Job] = {}
+        for k in range(0, len(hits), LOOKUP_IDS):
+            lookups.update(store.lookup_rows([r.job_id for r in hits[k:k + LOOKUP_IDS]]))
+        for r in hits:
+            now = lookups.get(r.job_id)
+            # Fired here, not retired by a cancel, a dead letter or a move elsewhere.
+            if now is not None and classify(r, now) == "fired":
+                found.append(Found(r, r.fired_ms or 0))
         if progress is not None:
             progress(min(i + PARTS_AT_ONCE, len(parts)), len(parts))
     found.sort(key=lambda f: (f.fired_ms, f.job.job_id))
