@@ -3,7 +3,6 @@ SIGINT. Registered on the app of ``scheduler.cli_common``."""
 
 from __future__ import annotations
 
-import ipaddress
 import ssl
 from pathlib import Path
 from typing import Annotated
@@ -13,6 +12,7 @@ import typer
 from .cli_common import StoreOpt, app, client_for, errors
 from .cli_ops import CoordOpt
 from .errors import ConfigError, InvalidInput
+from .security import is_loopback
 
 
 @app.command()
@@ -63,7 +63,7 @@ def console(
     mode = "actions on for signed-in users" if allow_actions else "read-only"
     scheme = "https" if tls_cert else "http"
     typer.echo(f"console: {client.store.url} on {scheme}://{host}:{port}/ ({mode})", err=True)
-    if allow_actions and not tls_cert and not _loopback(host):
+    if allow_actions and not tls_cert and not is_loopback(host):
         typer.echo(f"warning: actions over plain HTTP on {host}: the token and the session cookie cross "
                    "the network in the clear; add --tls-cert/--tls-key or serve behind a TLS proxy", err=True)
     try:
@@ -89,12 +89,3 @@ def check_tls(cert: Path | None, key: Path | None) -> None:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise InvalidInput(f"cannot serve TLS with --tls-cert {cert} and --tls-key {key}: {reason}; "
                            "give a PEM certificate and its unencrypted private key") from None
-
-
-def _loopback(host: str) -> bool:
-    if host.strip("[]") == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False

@@ -13,6 +13,7 @@ from scheduler.coord import LocalCoordinator, ZooKeeperCoordinator, open_coordin
 from scheduler.errors import ConfigError
 from scheduler.settings import zookeeper_credentials as read_credentials
 from tests.conftest import ZOOKEEPER_HOSTS
+from tests.procs import wait_until
 
 
 def coord(root: str, name: str, **kw) -> ZooKeeperCoordinator:
@@ -154,13 +155,13 @@ def test_at_rest_a_member_reads_only_its_lease_and_watches_say_what_changed(zk_r
         time.sleep(a.session_timeout_s / 6 * 2.5)  # two lease renewals
         assert reads == before, "no reads at rest"
         b = coord(zk_root, "b")
-        wait(lambda: a.members() == ["a", "b"], "a to see b join")
+        wait_until(lambda: a.members() == ["a", "b"], 10, "a to see b join")
         plan = Plan(("a", "b"), {0: "a", 1: "b"})
         assert b.publish_plan(plan, -1)
-        wait(lambda: a.read_plan() == (plan, 0), "a to see b's plan")
+        wait_until(lambda: a.read_plan() == (plan, 0), 10, "a to see b's plan")
         b.stop()
         b = None
-        wait(lambda: a.members() == ["a"], "a to see b leave")
+        wait_until(lambda: a.members() == ["a"], 10, "a to see b leave")
         lock_dir = f"{zk_root}/locks/5"
         admin = KazooClient(hosts=ZOOKEEPER_HOSTS)
         admin.start(timeout=10)
@@ -170,16 +171,9 @@ def test_at_rest_a_member_reads_only_its_lease_and_watches_say_what_changed(zk_r
         finally:
             admin.stop()
             admin.close()
-        wait(lambda: a.held() == set(), "a to drop the lock whose node went")
+        wait_until(lambda: a.held() == set(), 10, "a to drop the lock whose node went")
         assert a.lease_valid()
     finally:
         a.stop()
         if b is not None:
             b.stop()
-
-
-def wait(pred, what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)

@@ -111,6 +111,6 @@ def test_bad_tls_options_are_refused_with_one_line(pem, tmp_path):
     ("0.0.0.0", False), ("10.1.2.3", False), ("console.internal", False),
 ])
 def test_only_loopback_addresses_count_as_private(host, loopback):
-    from scheduler.cli_console import _loopback
+    from scheduler.security import is_loopback
 
-    assert _loopback(host) is loopback
+    assert is_loopback(host) is loopback
