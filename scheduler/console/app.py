@@ -97,7 +97,7 @@ def build(client: Client, fleet: pages.Fleet, guard: Guard) -> Starlette:
     # --- pages -------------------------------------------------------------------------
 
     def fleet_ctx(request: Request) -> dict[str, Any]:
-        return {"view": fleet.snapshot(), "heat": fleet.history.heatmap(), "step_s": fleet.history.step_s}
+        return {"view": fleet.snapshot(), "heat": fleet.heatmap(), "step_s": fleet.history.step_s}
 
     def bucket_ctx(request: Request) -> dict[str, Any]:
         q = request.query_params

@@ -22,7 +22,7 @@ from ..fleetview import FleetSnapshot
 from ..keys import from_ms, to_ms
 from ..model import Job, parse_time
 from ..observe import FleetStatus, ShardLag, bucket_rows, fleet_status, lag_report, parse_bucket
-from .history import LagHistory
+from .history import Heatmap, LagHistory
 
 log = logging.getLogger("scheduler.console")
 
@@ -79,6 +79,11 @@ class Fleet:
     def snapshot(self) -> FleetView:
         with self._lock:
             return self.view
+
+    def heatmap(self) -> Heatmap:
+        """Under the lock: the sampler appends to the history from its own thread."""
+        with self._lock:
+            return self.history.heatmap()
 
     def start(self) -> None:
         self.sample()
