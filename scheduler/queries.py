@@ -28,13 +28,16 @@ def named(relpath: str) -> dict[str, str]:
 
 
 def parse_named(text: str) -> dict[str, str]:
-    """``{name: statement}`` for every ``-- name:`` block of ``text``."""
+    """``{name: statement}`` for every ``-- name:`` block of ``text``. A name given twice
+    raises ``ValueError``: the later block would silently replace the earlier one."""
     out: dict[str, str] = {}
     name: str | None = None
     lines: list[str] = []
     for line in [*text.splitlines(), "-- name: _end"]:
         m = _NAME.match(line)
         if m:
+            if m.group(1) in out or m.group(1) == name:
+                raise ValueError(f"the query name {m.group(1)!r} is given twice")
             if name is not None:
                 out[name] = "\n".join(lines).strip().rstrip(";").strip()
             name, lines = m.group(1), []

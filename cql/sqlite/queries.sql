@@ -37,9 +37,6 @@ INSERT OR REPLACE INTO jobs (job_id, kind, payload, payload_json, due_at, fire_a
                              status, attempts, fired_at, last_error, expires_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
--- name: select_job_positions
-SELECT job_id, bucket, shard, fire_at FROM jobs WHERE bucket BETWEEN ? AND ?;
-
 -- name: insert_job_once
 -- An occurrence that exists (fired, cancelled, retried) is left as it is.
 INSERT OR IGNORE INTO jobs (job_id, kind, payload, payload_json, due_at, fire_at, bucket, shard,

@@ -243,3 +243,12 @@ def ops_default_plain(script: str, variable: str) -> str:
     m = re.search(rf"^{variable}=(\d+)$", script, flags=re.M)
     assert m, variable
     return m.group(1)
+
+
+def test_every_query_file_names_each_statement_once():
+    from scheduler.queries import parse_named
+
+    for path in sorted((ROOT / "cql").rglob("*.*ql")):
+        parse_named(path.read_text(encoding="utf-8"))  # raises on a name given twice
+    with pytest.raises(ValueError, match="'a' is given twice"):
+        parse_named("-- name: a\nSELECT 1;\n-- name: b\nSELECT 2;\n-- name: a\nSELECT 3;")
