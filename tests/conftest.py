@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from scheduler.clock import SystemClock
 from scheduler.keys import bucket_of_ms
@@ -23,6 +24,16 @@ from scheduler.model import Job
 from scheduler.store import SchemaOptions, Store, open_store
 
 CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+# Property-based tests of the parsers that meet outside input (hypothesis). The default
+# profile is bounded so the whole suite stays within CI's time; `ops/test --fuzz` selects
+# the long one (SCHEDULER_FUZZ=1). No example database: a run depends on nothing a
+# previous run left behind.
+settings.register_profile("bounded", max_examples=150, deadline=None, database=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("fuzz", max_examples=5_000, deadline=None, database=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("fuzz" if os.environ.get("SCHEDULER_FUZZ") else "bounded")
 CASSANDRA_HOSTS = os.environ.get("CASSANDRA_HOSTS", "127.0.0.1")
 CASSANDRA_PORT = int(os.environ.get("CASSANDRA_PORT", "9042"))
 ZOOKEEPER_HOSTS = os.environ.get("ZOOKEEPER_HOSTS", "127.0.0.1:2181")
