@@ -99,6 +99,9 @@ class PollerMetrics:
         self.nudged = Counter("scheduler_nudged_jobs",
                               "Due-now jobs taken ahead of the read cursor on a producer's nudge",
                               registry=r)
+        self.nudges_rejected = Counter("scheduler_nudges_rejected",
+                                       "Datagrams on the nudge socket that were not valid nudges "
+                                       "or raised while applied", registry=r)
         self.stepped_out = Gauge("scheduler_fleet_stepped_out",
                                  "1 while this poller has left the fleet because the store fails",
                                  registry=r)
