@@ -27,13 +27,15 @@ import importlib
 import inspect
 import json
 import logging
+import math
 import random
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from .errors import ConfigError
-from .model import KIND_RE, POISON_KIND, Job
+from .errors import ConfigError, InvalidInput
+from .model import KIND_RE, POISON_KIND, Job, check_kind
 
 Handler = Callable[[Job], Any]
 
@@ -88,10 +90,22 @@ class App:
                 backoff_base_s: float | None = None, backoff_cap_s: float | None = None,
                 timeout_s: float | None = None) -> Callable[[Handler], Handler]:
         """Register the decorated function (or coroutine function) for ``kind``.
-        ``timeout_s``: how long one call may run before it counts as failed."""
+        ``timeout_s``: how long one call may run before it counts as failed. Raises
+        ``InvalidInput`` for a ``max_attempts`` that is not an integer of at least 1, a
+        backoff that is not a positive number, or a kind no producer can write (a
+        ``ValueError`` too); ``ConfigError`` for a ``timeout_s`` that is not > 0."""
+        check_kind(kind)
+        if max_attempts is not None and (isinstance(max_attempts, bool) or not isinstance(max_attempts, int)
+                                         or max_attempts < 1):
+            raise InvalidInput(f"max_attempts={max_attempts!r} for kind {kind!r} must be an integer of at "
+                               "least 1 (1: no retry)")
+        for name, value in (("backoff_base_s", backoff_base_s), ("backoff_cap_s", backoff_cap_s)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
+                                      or not 0 < value < math.inf):
+                raise InvalidInput(f"{name}={value!r} for kind {kind!r} must be a number of seconds > 0")
         base = self.default_policy
-        policy = RetryPolicy(max_attempts or base.max_attempts, backoff_base_s or base.base_s,
-                             backoff_cap_s or base.cap_s)
+        policy = RetryPolicy(base.max_attempts if max_attempts is None else max_attempts,
+                             backoff_base_s or base.base_s, backoff_cap_s or base.cap_s)
         if timeout_s is not None and timeout_s <= 0:
             raise ConfigError(f"timeout_s={timeout_s} for kind {kind!r} must be > 0")
 
@@ -193,16 +207,33 @@ class Outcome(NamedTuple):
     # An occurrence of a recurring schedule that did not run: "wait" (placed again at
     # ``retry_at_ms``, its attempts unchanged) or why it was skipped.
     skip: str | None = None
+    # The handler's exception, for the recorder's log (its traceback's frames cleared:
+    # a queued outcome must not keep a handler's locals alive).
+    exc: BaseException | None = None
+
+    @property
+    def error_type(self) -> str:
+        """What kind of failure this is, for logs and their summaries: the exception's
+        type, or ``TimedOut``, ``PoisonRow``, ``NoHandler``."""
+        error = self.error or ""
+        if error.startswith("poison row"):
+            return "PoisonRow"
+        if self.exc is not None:
+            return type(self.exc).__name__
+        if error.startswith("timed out"):
+            return "TimedOut"
+        return "NoHandler"
 
 
 def failed(route: Route, job: Job, error: str, started_ms: int, now_ms: int,
-           rand: Callable[[], float]) -> Outcome:
+           rand: Callable[[], float], exc: BaseException | None = None) -> Outcome:
     """A failed attempt: retried after the kind's backoff, or dead after its last attempt."""
     error = error[:2000]
     attempt = job.attempt
     if attempt >= route.policy.max_attempts:
-        return Outcome(job, False, error, None, True, started_ms)
-    return Outcome(job, False, error, now_ms + route.policy.delay_ms(attempt, rand()), False, started_ms)
+        return Outcome(job, False, error, None, True, started_ms, exc=exc)
+    return Outcome(job, False, error, now_ms + route.policy.delay_ms(attempt, rand()), False, started_ms,
+                   exc=exc)
 
 
 def error_of(job: Job, exc: BaseException) -> tuple[str, bool]:
@@ -248,6 +279,7 @@ def failure(route: Route, job: Job, exc: BaseException, started_ms: int, now_ms:
             rand: Callable[[], float]) -> Outcome:
     """The outcome of a handler that raised ``exc``."""
     error, poison = error_of(job, exc)
+    traceback.clear_frames(exc.__traceback__)
     if poison:
-        return Outcome(job, False, error, None, True, started_ms)
-    return failed(route, job, error, started_ms, now_ms, rand)
+        return Outcome(job, False, error, None, True, started_ms, exc=exc)
+    return failed(route, job, error, started_ms, now_ms, rand, exc)

@@ -1,5 +1,7 @@
 """The recorder: writes outcomes (fired, retry, dead) in batches, then marks their rows
-complete so the checkpoint can pass them.
+complete so the checkpoint can pass them, and logs failed attempts once they are recorded
+(at most ``FAILURE_LINES`` lines per kind a minute, the rest in one summary line; the
+traceback of the first failure of each kind and exception type).
 
 Under failure: a store error puts the batch back and the loop backs off (0.1 s to
 0.5 s); the rows stay incomplete, so the checkpoint waits for them. A crash loses only
@@ -16,7 +18,8 @@ from collections import Counter
 from ..dispatch import Outcome
 from ..errors import SchedulerError
 from ..faults import Backoff
-from ..keys import bucket_of_ms, shard_of
+from ..keys import bucket_of_ms, from_ms, shard_of
+from ..logdigest import LogDigest, summary_text
 from ..model import OCCURRENCE_PREFIX, Job
 from .occurrences import WAIT
 from .shared import Core
@@ -26,11 +29,18 @@ log = logging.getLogger("scheduler.poller")
 # Below this many outcomes per write, the recorder waits ``record_linger_s`` first.
 LINGER_BELOW = 500
 BATCH_MAX = 2000
+# Failed attempts logged one by one per kind and minute, at most; the error text in a
+# line is cut to this many characters (a handler's message can be long, and may quote
+# its input: the payload itself is never logged).
+FAILURE_LINES = 10
+FAILURE_WINDOW_S = 60.0
+ERROR_CHARS = 300
 
 
 class Recorder:
     def __init__(self, core: Core) -> None:
         self.core = core
+        self.failures = LogDigest(FAILURE_LINES, FAILURE_WINDOW_S, core.clock.monotonic)
 
     def record_outcomes(self, block_s: float = 0.0) -> int:
         """Write queued outcomes, then mark their rows complete. Returns how many, or -1
@@ -45,6 +55,8 @@ class Recorder:
         except queue.Empty:
             pass
         if not batch:
+            # Nothing left to record while stopping: no window outlives the poller.
+            self.summarise(force=core.stopping.is_set())
             return 0
         now = core.clock.now_ms()
         # One pass sorts the batch; with a fast handler this runs once per job fired.
@@ -116,11 +128,37 @@ class Recorder:
             if o.dead:
                 stats.dead += 1
                 metrics.dead.labels(o.job.kind).inc()
-                log.warning("dead-lettered %s: %s", o.job.job_id, o.error,
-                            extra={"action": "job_dead", "job_id": o.job.job_id, "kind": o.job.kind})
             else:
                 stats.retried += 1
                 metrics.retries.labels(o.job.kind).inc()
+            self.log_failure(o)
+        self.summarise()
+
+    def log_failure(self, o: Outcome) -> None:
+        """One WARNING line for a recorded failed attempt, unless its kind is over the
+        limit (then it is counted for the summary); the traceback too when it is the first
+        failure of its kind and exception type."""
+        job, error_type = o.job, o.error_type
+        admit = self.failures.admit(job.kind, error_type)
+        if not admit.log:
+            return
+        error = o.error or error_type
+        if len(error) > ERROR_CHARS:
+            error = error[:ERROR_CHARS] + "..."
+        then = "dead-lettered" if o.dead else (
+            f"retry at {from_ms(o.retry_at_ms).isoformat()}" if o.retry_at_ms is not None else "retried")
+        exc = o.exc
+        kind = job.kind if len(job.kind) <= 80 else job.kind[:80] + "..."  # a poison row's
+        log.warning("job %s (%s) attempt %d failed: %s; %s", job.job_id, kind, job.attempt, error, then,
+                    exc_info=(type(exc), exc, exc.__traceback__) if admit.first and exc is not None else None,
+                    extra={"action": "job_dead" if o.dead else "job_attempt_failed", "job_id": job.job_id,
+                           "kind": kind, "attempt": job.attempt, "error_type": error_type})
+
+    def summarise(self, force: bool = False) -> None:
+        """Log the summaries of the failure windows that are over (``force``: all)."""
+        for s in self.failures.due(force):
+            log.warning(summary_text(s), extra={"action": "job_failures_summarised", "kind": s.key,
+                                                "held": s.held, "by_type": s.by_category})
 
     def retry_job(self, job: Job, retry_at_ms: int, attempt: bool = True) -> Job:
         """The retry's placement: the late-write rule and its bucket's layout apply.
