@@ -192,13 +192,15 @@ class Nudges:
         groups: list[tuple[list[Entry], Any]] = []
         sock.setblocking(False)
         try:
-            for _ in range(MAX_BATCH):
+            for n in range(1, MAX_BATCH + 1):
                 try:
                     groups.append((decode(data), source))
                 except ValueError as exc:
                     self._reject(source, str(exc))
                 except Exception as exc:  # decode promises ValueError: a bug, not the sender's
                     self._reject(source, "decoding failed", exc)
+                if n == MAX_BATCH:  # the rest waits in the socket for the next batch
+                    break
                 try:
                     data, source = sock.recvfrom(65535)
                 except OSError:  # BlockingIOError: nothing more waiting
