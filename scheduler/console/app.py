@@ -1,9 +1,13 @@
 """The console's routes (Starlette). Reads go through ``pages``; actions need
 ``--allow-actions``, a signed-in session and the form's CSRF token (``guard``), ask the
-browser to confirm when they destroy or send, and are logged with ``action=`` and who.
+browser to confirm when they destroy or send (``static/console.js`` reads the question
+from the form's ``data-confirm``: pages hold no inline script), and are logged with
+``action=`` and who. Every response carries the headers of ``protect``.
 
-Errors become a page with one line: 400 for bad input, 404 for an unknown job, 403 for a
-refused action, 503 when the store cannot be read. Nothing is written on any of them.
+An action checks the caller's session (or bearer token) before it reads the body, then
+parses the form with small limits. Errors become a page with one line: 400 for bad
+input, 404 for an unknown job, 403 for a refused action, 413 for a form too large, 503
+when the store cannot be read. Nothing is written on any of them.
 """
 
 from __future__ import annotations
@@ -23,33 +27,46 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from .. import refire as rf
+from ..audit import audit
 from ..client import Client
 from ..errors import InvalidInput, JobNotFound, ScheduleNotFound, SchedulerError
 from ..keys import from_ms
 from ..observe import shard_ranges
 from . import pages
+from .auditrun import AuditRuns
 from .guard import COOKIE, SESSION_S, Guard
 from .history import level, levels
+from .protect import FormRefused, SecurityHeaders, banner, read_form
 
 log = logging.getLogger("scheduler.console")
 HERE = Path(__file__).parent
 Handler = Callable[[Request], Awaitable[Response]]
+Done = tuple[str, str, int | None, str]  # where to go, banner code, its count, what was done (for the log)
 
 
 def iso(ms: int | None) -> str:
     return "" if ms is None else from_ms(ms).isoformat(timespec="seconds")
 
 
-def build(client: Client, fleet: pages.Fleet, guard: Guard) -> Starlette:
+def build(client: Client, fleet: pages.Fleet, guard: Guard, audits: AuditRuns | None = None) -> Starlette:
+    """The console's ASGI app. ``audits`` gates and keeps the audit runs (default: one
+    over ``client``'s store, anonymous runs at most once a minute)."""
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.filters.update(iso=iso, ranges=shard_ranges, level=level, levels=levels)
     clock = client.clock
+    runs = audits or AuditRuns(lambda first, last: audit(client.store, first, last))
+
+    def caller(request: Request) -> str | None:
+        """Who is asking: a script's bearer token, else a live session; None: nobody."""
+        return (guard.bearer(request.headers.get("authorization"), request.headers.get("x-scheduler-user"))
+                or guard.who(request.cookies.get(COOKIE), clock.now_ms() / 1000))
 
     def render(request: Request, name: str, status: int = 200, **ctx: Any) -> Response:
         cookie = request.cookies.get(COOKIE)
         who = guard.who(cookie, clock.now_ms() / 1000)
+        q = request.query_params
         ctx.update(who=who, csrf=guard.csrf(cookie) if who and cookie else "",
-                   actions=guard.allow_actions, done=request.query_params.get("done", ""))
+                   actions=guard.allow_actions, done=banner(q.get("done"), q.get("n")))
         return templates.TemplateResponse(request, name, ctx, status_code=status)
 
     def page(name: str, work: Callable[[Request], Any]) -> Handler:
@@ -66,24 +83,36 @@ def build(client: Client, fleet: pages.Fleet, guard: Guard) -> Starlette:
             return render(request, name, **ctx)
         return endpoint
 
-    def action(name: str, work: Callable[[Any, str], tuple[str, str]]) -> Handler:
-        """A POST action: refused (403) unless actions are on and the session and CSRF
-        token check out. ``work(form, who)`` returns (where to go, what was done)."""
+    def refused(request: Request, name: str) -> Response:
+        log.warning("console action refused: no valid session or CSRF token",
+                    extra={"action": f"console_{name}_refused", "client": _peer(request)})
+        return render(request, "error.html", 403, back="/login",
+                      error="sign in with the console token first (your session or form expired)")
+
+    def action(name: str, work: Callable[[Any, str], Done]) -> Handler:
+        """A POST action: refused (403) unless actions are on and the caller holds the
+        bearer token or a live session, checked before the body is read; then the form
+        is read with small limits and a session's form must carry its CSRF token.
+        ``work(form, who)`` returns (where to go, banner code, count, what was done)."""
         async def endpoint(request: Request) -> Response:
-            form = await request.form()
             if not guard.allow_actions:
                 return render(request, "error.html", 403, back="/fleet", error=(
                     "actions are off: start the console with --allow-actions and SCHEDULER_CONSOLE_TOKEN"))
+            cookie = request.cookies.get(COOKIE)
             now_s = clock.now_ms() / 1000
-            who = (guard.bearer(request.headers.get("authorization"), request.headers.get("x-scheduler-user"))
-                   or guard.check(request.cookies.get(COOKIE), str(form.get("csrf", "")), now_s))
-            if who is None:
-                log.warning("console action refused: no valid session or CSRF token",
-                            extra={"action": f"console_{name}_refused", "client": _peer(request)})
-                return render(request, "error.html", 403, back="/login",
-                              error="sign in with the console token first (your session or form expired)")
+            bearer = guard.bearer(request.headers.get("authorization"),
+                                  request.headers.get("x-scheduler-user"))
+            if bearer is None and guard.who(cookie, now_s) is None:
+                return refused(request, name)
             try:
-                where, done = await run_in_threadpool(work, form, who)
+                form = await read_form(request)
+            except FormRefused as exc:
+                return render(request, "error.html", exc.status, error=str(exc), back="/fleet")
+            who = bearer or guard.check(cookie, str(form.get("csrf", "")), now_s)
+            if who is None:
+                return refused(request, name)
+            try:
+                where, code, count, done = await run_in_threadpool(work, form, who)
             except (InvalidInput, JobNotFound, ScheduleNotFound, ValueError) as exc:
                 return render(request, "error.html", 400, error=str(exc), back="/fleet")
             except SchedulerError as exc:
@@ -91,7 +120,8 @@ def build(client: Client, fleet: pages.Fleet, guard: Guard) -> Starlette:
             log.info("console %s by %s: %s", name, who, done,
                      extra={"action": f"console_{name}", "who": who, "client": _peer(request)})
             sep = "&" if "?" in where else "?"
-            return RedirectResponse(f"{where}{sep}{urlencode({'done': done})}", status_code=303)
+            query = {"done": code} if count is None else {"done": code, "n": count}
+            return RedirectResponse(f"{where}{sep}{urlencode(query)}", status_code=303)
         return endpoint
 
     # --- pages -------------------------------------------------------------------------
@@ -124,35 +154,36 @@ def build(client: Client, fleet: pages.Fleet, guard: Guard) -> Starlette:
     def audit_ctx(request: Request) -> dict[str, Any]:
         q = request.query_params
         first, last = pages.window(q.get("from", ""), q.get("to", ""), clock.now_ms())
-        ctx: dict[str, Any] = {"from": iso(first), "to": iso(last), "report": None}
-        if q.get("run"):
-            report, took = pages.audit_page(client, first, last)
-            ctx.update(report=report, totals=report.totals(), took_s=took)
-        return ctx
+        note = runs.run(first, last, caller(request)) if q.get("run") else None
+        shown = runs.last
+        return {"from": iso(first), "to": iso(last), "note": note, "last": shown,
+                "report": shown.report if shown else None,
+                "totals": shown.report.totals() if shown else {}}
 
     # --- actions -----------------------------------------------------------------------
 
-    def replay(form: Any, who: str) -> tuple[str, str]:
+    def replay(form: Any, who: str) -> Done:
         ids = [str(v) for v in form.getlist("job_id")]
         if not ids:
             raise InvalidInput("tick the dead letters to replay")
         jobs = client.replay_dead(ids)
-        return "/dead", f"replayed {len(jobs)} jobs: {', '.join(j.job_id for j in jobs)[:200]}"
+        return "/dead", "replayed", len(jobs), f"replayed {len(jobs)} jobs: {[j.job_id for j in jobs]!r:.300}"
 
-    def cancel(form: Any, who: str) -> tuple[str, str]:
+    def cancel(form: Any, who: str) -> Done:
         job_id = str(form.get("job_id", ""))
         done = client.cancel(job_id)
-        what = f"cancelled {job_id}" if done else f"{job_id} was not pending"
-        return f"/jobs?{urlencode({'id': job_id})}", what
+        where = f"/jobs?{urlencode({'id': job_id})}"
+        return (where, "cancelled", None, f"cancelled {job_id!r}") if done else \
+            (where, "not-pending", None, f"{job_id!r} was not pending")
 
-    def pause_resume(verb: str) -> Callable[[Any, str], tuple[str, str]]:
-        def work(form: Any, who: str) -> tuple[str, str]:
+    def pause_resume(verb: str) -> Callable[[Any, str], Done]:
+        def work(form: Any, who: str) -> Done:
             sid = str(form.get("schedule_id", ""))
             getattr(client.recurring, verb)(sid)
-            return "/schedules", f"{verb}d {sid}"
+            return "/schedules", f"{verb}d", None, f"{verb}d {sid!r}"
         return work
 
-    def refire(form: Any, who: str) -> tuple[str, str]:
+    def refire(form: Any, who: str) -> Done:
         first, last = pages.window(str(form.get("from", "")), str(form.get("to", "")), clock.now_ms())
         kind = str(form.get("kind", "")) or None
         found = rf.fired_in_window(client.store, first, last, kind)
@@ -160,7 +191,8 @@ def build(client: Client, fleet: pages.Fleet, guard: Guard) -> Starlette:
         if specs:
             client.schedule_many(specs)
         counts = ", ".join(f"{k} {n}" for k, n in rf.counts_by_kind(found).items()) or "none"
-        return "/audit", f"re-fired {len(specs)} jobs fired {iso(first)} to {iso(last)}: {counts}"
+        what = f"re-fired {len(specs)} jobs fired {iso(first)} to {iso(last)}: {counts}"
+        return "/audit", "refired", len(specs), what
 
     # --- sign-in ------------------------------------------------------------------------
 
@@ -168,15 +200,19 @@ def build(client: Client, fleet: pages.Fleet, guard: Guard) -> Starlette:
         return render(request, "login.html")
 
     async def login(request: Request) -> Response:
-        form = await request.form()
+        if not guard.allow_actions:
+            return render(request, "login.html", 403, error=(
+                "actions are off: start the console with --allow-actions and SCHEDULER_CONSOLE_TOKEN"))
+        try:
+            form = await read_form(request)
+        except FormRefused as exc:
+            return render(request, "login.html", exc.status, error=str(exc))
         cookie = guard.login(str(form.get("token", "")), str(form.get("who", "")), clock.now_ms() / 1000)
         if cookie is None:
             log.warning("console sign-in refused", extra={"action": "console_login_refused",
                                                           "client": _peer(request)})
             return render(request, "login.html", 403, error=(
-                "refused: actions are off, or the token is wrong, or the name is not 1-64 "
-                "letters, digits or ._@-" if guard.allow_actions else
-                "actions are off: start the console with --allow-actions and SCHEDULER_CONSOLE_TOKEN"))
+                "refused: the token is wrong, or the name is not 1-64 letters, digits or ._@-"))
         who = str(form.get("who"))
         log.info("console sign-in by %s", who, extra={"action": "console_login", "who": who,
                                                      "client": _peer(request)})
@@ -187,8 +223,13 @@ def build(client: Client, fleet: pages.Fleet, guard: Guard) -> Starlette:
         return response
 
     async def logout(request: Request) -> Response:
-        response = RedirectResponse("/fleet", status_code=303)
-        response.delete_cookie(COOKIE)
+        """Ends the session on the server too: the cookie, even if copied, is dead."""
+        who = guard.logout(request.cookies.get(COOKIE))
+        if who is not None:
+            log.info("console sign-out by %s", who, extra={"action": "console_logout", "who": who,
+                                                          "client": _peer(request)})
+        response = RedirectResponse("/fleet?done=signed-out", status_code=303)
+        response.delete_cookie(COOKIE, httponly=True, samesite="strict", secure=request.url.scheme == "https")
         return response
 
     async def home(request: Request) -> Response:
@@ -213,7 +254,9 @@ def build(client: Client, fleet: pages.Fleet, guard: Guard) -> Starlette:
         Route("/refire", action("refire", refire), methods=["POST"]),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
-    return Starlette(routes=routes)
+    app = Starlette(routes=routes)
+    app.add_middleware(SecurityHeaders)
+    return app
 
 
 def _peer(request: Request) -> str:

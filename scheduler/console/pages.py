@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..audit import AuditReport, audit, last_closed_hour
+from ..audit import last_closed_hour
 from ..client import Client
 from ..errors import InvalidInput, SchedulerError
 from ..fleetview import FleetSnapshot
@@ -122,14 +121,21 @@ def bucket_page(client: Client, at: str, shard: int, after: str | None) -> dict[
 
 def job_page(client: Client, job_id: str, now_ms: int) -> dict[str, Any]:
     job = client.get(job_id.strip())
-    return {"job": job, "view": job.to_dict(), "lateness_ms": lateness_ms(job, now_ms)}
+    return {"job": job, "view": job.to_dict(), "lateness": lateness(job, now_ms)}
 
 
-def lateness_ms(job: Job, now_ms: int) -> int | None:
-    """How late it fired (fired), or how overdue it is (pending and due); None otherwise."""
-    if job.fired_ms is not None:
-        return job.fired_ms - job.due_ms
-    return now_ms - job.due_ms if job.status.value == "pending" and now_ms > job.due_ms else None
+def lateness(job: Job, now_ms: int) -> tuple[int, str] | None:
+    """``(ms, "late")``: how late it fired, for a job that fired at or after its due time;
+    ``(ms, "overdue")``: how far past due a pending job is; None otherwise. A ``fired_ms``
+    before ``due_ms`` belongs to an earlier life of the job (a replay or a re-schedule
+    gave it a new due time and kept the old fired time): it says nothing about this one,
+    and fired minus due would be a negative, absurd lateness."""
+    pending = job.status.value == "pending"
+    if job.fired_ms is not None and job.fired_ms >= job.due_ms and not pending:
+        return job.fired_ms - job.due_ms, "late"
+    if pending and now_ms > job.due_ms:
+        return now_ms - job.due_ms, "overdue"
+    return None
 
 
 def schedules_page(client: Client, after: str | None) -> dict[str, Any]:
@@ -164,9 +170,3 @@ def window(start: str, end: str, now_ms: int) -> tuple[int, int]:
         raise InvalidInput("the console audits and re-fires at most an hour at a time; "
                            "use scheduler audit / scheduler refire for longer windows")
     return first, last
-
-
-def audit_page(client: Client, first: int, last: int) -> tuple[AuditReport, float]:
-    t0 = time.monotonic()
-    report = audit(client.store, first, last)
-    return report, time.monotonic() - t0

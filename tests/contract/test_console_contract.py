@@ -104,21 +104,22 @@ def test_signed_in_actions_replay_cancel_pause_resume_and_refire(filled: Client,
     csrf = sign_in(http)
     with caplog.at_level("INFO", logger="scheduler.console"):
         r = http.post("/dead/replay", data={"job_id": ["dead1", "dead2"], "csrf": csrf})
-    assert r.status_code == 200 and "replayed 2 jobs" in r.text
+    assert r.status_code == 200 and "Replayed 2 dead letters" in r.text
     assert {d.job_id for d in filled.dead_letters()} == {"dead0"}
     assert filled.get("dead1").status is Status.PENDING and filled.get("dead1").attempts == 0
     logged = [rec for rec in caplog.records if getattr(rec, "action", "") == "console_replay"]
     assert len(logged) == 1 and logged[0].who == "alice"
     assert TOKEN not in caplog.text
 
-    assert "cancelled soon" in http.post("/jobs/cancel", data={"job_id": "soon", "csrf": csrf}).text
+    assert "Cancelled the job" in http.post("/jobs/cancel", data={"job_id": "soon", "csrf": csrf}).text
+    assert "not pending" in http.post("/jobs/cancel", data={"job_id": "soon", "csrf": csrf}).text
     assert filled.get("soon").status is Status.CANCELLED
     http.post("/schedules/pause", data={"schedule_id": "nightly", "csrf": csrf})
     assert str(filled.recurring.get("nightly").state) == "paused"
     http.post("/schedules/resume", data={"schedule_id": "nightly", "csrf": csrf})
     assert str(filled.recurring.get("nightly").state) == "active"
     r = http.post("/refire", data={"from": "", "to": "", "kind": "", "csrf": csrf})
-    assert r.status_code == 200 and "re-fired 0 jobs" in r.text
+    assert r.status_code == 200 and "Re-fired 0 jobs" in r.text
 
 
 def test_a_script_acts_with_the_token_as_a_bearer_header(filled: Client):
@@ -128,7 +129,7 @@ def test_a_script_acts_with_the_token_as_a_bearer_header(filled: Client):
     assert {d.job_id for d in filled.dead_letters()} == {"dead0", "dead1", "dead2"}
     r = http.post("/dead/replay", data={"job_id": "dead0"},
                   headers={"Authorization": f"Bearer {TOKEN}", "X-Scheduler-User": "ops-bot"})
-    assert r.status_code == 200 and "replayed 1 jobs" in r.text
+    assert r.status_code == 200 and "Replayed 1 dead letters" in r.text
     assert "dead0" not in {d.job_id for d in filled.dead_letters()}
     off = console(filled, allow_actions=False)
     bearer = {"Authorization": f"Bearer {TOKEN}"}
