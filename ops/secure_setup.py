@@ -1,12 +1,14 @@
 """The Python half of ops/secure-stack: wait for the TLS ZooKeeper, create the roles on
 the secured Cassandra node, rotate a role's password. Secrets are read from and written
-to files under the stack's folder and never printed.
+to the roles' folders (``roles/ROLE/cassandra.pw`` under ``--dir``) and never printed.
 
     python ops/secure_setup.py --dir .data/secure [--host H] [--keyspace scheduler] \
         wait-zk|roles|rotate-password ROLE
 
 ``--host``: the servers' address (default 127.0.0.1; ``cassandra`` in the compose override,
-where the folder is mounted at /secure and the servers are the containers).
+where the roles' folders are mounted at /secure/roles and the servers are the containers).
+Creating the logins and rotating a password are the admin's work: they read the admin's
+folder and write the password file of the role concerned, nothing else.
 """
 
 from __future__ import annotations
@@ -29,6 +31,17 @@ HOST = "127.0.0.1"  # --host sets it
 def host_name() -> str:
     """The name in the servers' certificate for HOST."""
     return "localhost" if HOST == "127.0.0.1" else HOST
+
+
+def role_dir(folder: Path, role: str) -> Path:
+    """``role``'s own folder: its password, certificate, key and the CA certificate."""
+    return folder / "roles" / role
+
+
+def password(folder: Path, role: str) -> str:
+    return (role_dir(folder, role) / "cassandra.pw").read_text().strip()
+
+
 ROLES = ("admin", "app", "reader")
 GRANTS = {"app": ("SELECT", "MODIFY"), "reader": ("SELECT",)}
 
@@ -45,7 +58,7 @@ def session(folder: Path, user: str, password: str, deadline_s: float = 120.0):
     from cassandra.auth import PlainTextAuthProvider
     from cassandra.cluster import Cluster, NoHostAvailable
 
-    ctx = ssl.create_default_context(cafile=str(folder / "tls" / "ca.pem"))
+    ctx = ssl.create_default_context(cafile=str(role_dir(folder, "admin") / "ca.pem"))
     end = time.monotonic() + deadline_s
     while True:
         cluster = Cluster([HOST], port=CQL_PORT, ssl_context=ctx, protocol_version=5,
@@ -70,12 +83,13 @@ def cql(name: str, **fill: str) -> str:
 
 
 def roles(folder: Path, keyspace: str) -> None:
-    secrets_dir = folder / "secrets"
-    marker = folder / ("roles.done" if HOST == "127.0.0.1" else f"roles-{HOST}.done")
+    admin_dir = role_dir(folder, "admin")
+    # In the admin's folder: the compose override mounts it writable for this job only.
+    marker = admin_dir / ("logins.done" if HOST == "127.0.0.1" else f"logins-{HOST}.done")
     if marker.exists():
         say("roles exist already")
         return
-    pw = {r: (secrets_dir / f"{r}.pw").read_text().strip() for r in ROLES}
+    pw = {r: password(folder, r) for r in ROLES}
     cluster, s = session(folder, "cassandra", "cassandra")
     s.execute(cql("create_superuser", role="admin", password=pw["admin"]))
     cluster.shutdown()
@@ -85,15 +99,17 @@ def roles(folder: Path, keyspace: str) -> None:
         s.execute(cql("create_login", role=role, password=pw[role]))
     # The keyspace is created by the admin role through the scheduler itself.
     env = {**os.environ, "SCHEDULER_STORE": f"cassandra://admin@{host_name()}:{CQL_PORT}/{keyspace}",
-           "SCHEDULER_CASSANDRA_PASSWORD_FILE": str(secrets_dir / "admin.pw"),
-           "SCHEDULER_CASSANDRA_CA": str(folder / "tls" / "ca.pem")}
+           "SCHEDULER_CASSANDRA_PASSWORD_FILE": str(admin_dir / "cassandra.pw"),
+           "SCHEDULER_CASSANDRA_CA": str(admin_dir / "ca.pem")}
     subprocess.run([sys.executable, "-m", "scheduler", "schema", "apply", "--shards", "8"], env=env,
                    check=True, stdout=subprocess.DEVNULL)
     for role, perms in GRANTS.items():
         for perm in perms:
             s.execute(cql("grant", permission=perm, keyspace=keyspace, role=role))
     cluster.shutdown()
-    marker.write_text("admin app reader\n")
+    fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write("admin app reader\n")
     say(f"roles admin (superuser), app (SELECT, MODIFY on {keyspace}), reader (SELECT on {keyspace}); "
         "default superuser dropped")
 
@@ -103,10 +119,10 @@ def rotate(folder: Path, role: str) -> None:
     rename). Processes read the file on each new connection; open ones stay logged in."""
     if role not in ROLES:
         raise SystemExit(f"unknown role {role!r}: use one of {', '.join(ROLES)}")
-    secrets_dir = folder / "secrets"
-    admin_pw = (secrets_dir / "admin.pw").read_text().strip()
+    target = role_dir(folder, role) / "cassandra.pw"
+    admin_pw = password(folder, "admin")
     new = secrets.token_hex(16)
-    tmp = secrets_dir / f".{role}.pw.new"
+    tmp = target.with_name(".cassandra.pw.new")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write(new + "\n")
@@ -115,7 +131,7 @@ def rotate(folder: Path, role: str) -> None:
         s.execute(cql("set_password", role=role, password=new))
         # Right after the server has it: a client logging in between the two sees the
         # old file and a refusal, and waits for the file to change (ROTATION_GAP_S).
-        os.replace(tmp, secrets_dir / f"{role}.pw")
+        os.replace(tmp, target)
     finally:
         cluster.shutdown()
         tmp.unlink(missing_ok=True)
@@ -125,7 +141,7 @@ def rotate(folder: Path, role: str) -> None:
 def wait_zk(folder: Path, deadline_s: float = 60.0) -> None:
     from kazoo.client import KazooClient
 
-    tls = folder / "tls"
+    tls = role_dir(folder, "admin")  # any role's certificate would do: the admin's is the stack's own
     end = time.monotonic() + deadline_s
     while True:
         zk = KazooClient(hosts=f"{host_name()}:{ZK_PORT}", use_ssl=True, ca=str(tls / "ca.pem"),

@@ -1,6 +1,6 @@
-"""The secured stack (ops/secure-stack) as tests see it: each role's settings, a fresh
-keyspace that the admin role creates and grants to app and reader, and every secret
-the stack generated (for the grep that proves none is printed)."""
+"""The secured stack (ops/secure-stack) as tests see it: each role's settings and folder,
+a fresh keyspace that the admin role creates and grants to app and reader, and every
+secret the stack generated (for the grep that proves none is printed)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from scheduler.store.cassandra import CassandraStore
 ROOT = Path(__file__).parents[1]
 SECURE_DIR = ROOT / ".data" / "secure"
 CQL_PORT, ZK_PORT = 9142, 2281
+ROLES = ("admin", "app", "reader")
 
 
 def role_env(role: str) -> dict[str, str]:
@@ -32,16 +33,48 @@ def role_env(role: str) -> dict[str, str]:
     return env
 
 
+def role_dir(role: str) -> Path:
+    """``role``'s own folder (what a process of that role is given, and nothing else)."""
+    return SECURE_DIR / "roles" / role
+
+
+def secret_files() -> dict[str, Path]:
+    """Every file under the stack's folders that holds a secret, by a short name
+    (``app:cassandra.pw``, ``server:keystore.pw``, ``ca:ca.p12``...)."""
+    return {f"{d.name}:{p.name}": p
+            for d in [SECURE_DIR / "ca", SECURE_DIR / "server", *(role_dir(r) for r in ROLES)]
+            for p in sorted(d.glob("*"))
+            if p.is_file() and p.suffix in (".pw", ".auth", ".key", ".p12")}
+
+
+def key_lines(pem: str) -> list[str]:
+    """Four lines of a PEM key's base64 body (the first three and a middle one): any
+    printed part of a key holds one of them."""
+    body = [line for line in pem.splitlines() if line and not line.startswith("-----")]
+    return body[:3] + body[len(body) // 2:len(body) // 2 + 1]
+
+
+def server_key() -> str:
+    """The servers' private key (PEM), out of their keystore."""
+    server = SECURE_DIR / "server"
+    return subprocess.run(["openssl", "pkcs12", "-in", str(server / "server.p12"), "-nocerts", "-nodes",
+                           "-passin", f"file:{server / 'keystore.pw'}"],
+                          check=True, capture_output=True, text=True).stdout
+
+
 def secrets() -> list[str]:
     """Every password and key the stack generated (each long and random: a plain
     substring search of any output finds it)."""
-    # (*.id: a ZooKeeper digest id, a hash and no secret, printed by `env` on purpose.)
-    found = [p.read_text().strip() for p in (SECURE_DIR / "secrets").glob("*")
-             if p.is_file() and p.suffix != ".id"]
-    found += [s.partition(":")[2] for s in found if ":" in s]  # the ZooKeeper digest's password
-    key = (SECURE_DIR / "tls" / "client.key").read_text()
-    found += [line for line in key.splitlines() if line and not line.startswith("-----")][:3]
-    return [s for s in found if len(s) >= 16]
+    # (The digest id in roles/app/zk-readers.id is a hash and no secret, printed by `env`
+    # on purpose.)
+    found = key_lines(server_key())
+    for path in secret_files().values():
+        if path.suffix in (".pw", ".auth"):
+            value = path.read_text().strip()
+            found += [value, value.partition(":")[2]]  # a ZooKeeper digest's password alone too
+        elif path.suffix == ".key":
+            found += key_lines(path.read_text())
+    return sorted({s for s in found if len(s) >= 16})
 
 
 def url_for(role: str, keyspace: str) -> str:

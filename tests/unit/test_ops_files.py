@@ -234,9 +234,9 @@ def test_the_secure_compose_override_matches_the_secure_stack(tmp_path):
     reference = next((Path.home() / ".cache" / "scheduler-ops").glob("cassandra-*/conf/cassandra.yaml"), None)
     if reference is not None:  # fetched by ops/cassandra (always in ops/test)
         known = set(re.findall(r"^#?\s?([a-z_]+):", reference.read_text(), flags=re.M))
-        ours = set(yaml.safe_load((out / "cassandra.yaml").read_text()))
+        ours = set(yaml.safe_load((out / "cassandra" / "cassandra.yaml").read_text()))
         assert ours <= known, sorted(ours - known)
-    assert "/secure/tls/server.p12" in (out / "zoo.cfg").read_text()
+    assert "/conf/server.p12" in (out / "zookeeper" / "zoo.cfg").read_text()
 
 
 def ops_default_plain(script: str, variable: str) -> str:
@@ -252,3 +252,26 @@ def test_every_query_file_names_each_statement_once():
         parse_named(path.read_text(encoding="utf-8"))  # raises on a name given twice
     with pytest.raises(ValueError, match="'a' is given twice"):
         parse_named("-- name: a\nSELECT 1;\n-- name: b\nSELECT 2;\n-- name: a\nSELECT 3;")
+
+
+def test_compose_keeps_the_nudge_socket_off_the_host():
+    """The nudge socket is unauthenticated UDP: pollers bind it inside their containers
+    (the compose network, so producers there reach them), and no service publishes it."""
+    text = (ROOT / "docker-compose.yml").read_text()
+    doc = compose()
+    notify = doc["x-scheduler"]["environment"]["SCHEDULER_NOTIFY_ADDRESS"]
+    base_port = int(notify.rsplit(":", 1)[1])
+    processes = max(int(s["command"][s["command"].index("--processes") + 1])
+                    for s in doc["services"].values() if "--processes" in (s.get("command") or []))
+    nudge_ports = {base_port + i for i in range(processes)}
+    secure = yaml.safe_load((ROOT / "docker-compose.secure.yml").read_text())
+    for name, svc in [*doc["services"].items(), *secure["services"].items()]:
+        assert svc.get("network_mode") != "host", name
+        for port in svc.get("ports", []):
+            spec = str(port)
+            assert not spec.endswith("/udp"), f"{name} publishes a UDP port: {spec}"
+            container_port = int(spec.split("/")[0].rsplit(":", 1)[-1])
+            if container_port in nudge_ports:  # the console's TCP port may share the number
+                assert "console" in svc["command"], f"{name} publishes the nudge port {spec}"
+    comment = text[:text.index("SCHEDULER_NOTIFY_ADDRESS")]
+    assert "unauthenticated" in comment and "private network" in comment
