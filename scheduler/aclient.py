@@ -22,6 +22,7 @@ from .client import ClientBase
 from .effects import Steps, run_async
 from .errors import InvalidInput
 from .jobspec import JobSpec
+from .jobview import JobView, describe
 from .layout import Layout, Layouts
 from .model import Job
 from .producer import Placeable
@@ -139,6 +140,10 @@ class AsyncClient(ClientBase):
     async def get(self, job_id: str) -> Job:
         """See ``Client.get``."""
         return await self.run(self.producer.get(job_id))
+
+    async def describe(self, job_id: str) -> JobView:
+        """See ``Client.describe``."""
+        return await self.run(describe(self.producer, job_id))
 
     async def dead_letters(self) -> list[DeadLetter]:
         """See ``Client.dead_letters``."""

@@ -120,14 +120,15 @@ def schedule(
 
 @app.command()
 def get(job_id: str, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
-    """Show one job with its status and history."""
+    """Show one job: status, payload, attempts, last error, fired time, and where it came
+    from (a re-fire, a schedule, replays of its dead letter)."""
     with errors():
         client = client_for(store)
         try:
-            job = client.get(job_id).to_dict()
+            view = client.describe(job_id)
         finally:
             client.close()
-    emit(job, as_json, lambda: job_table(job))
+    emit(view.to_dict(), as_json, lambda: typer.echo("\n".join(view.lines())))
 
 
 @app.command()

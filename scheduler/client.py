@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from .clock import Clock, SystemClock
 from .effects import Steps, run_sync
 from .jobspec import JobSpec
+from .jobview import JobView, describe
 from .layout import Layout, Layouts
 from .model import Job
 from .producer import RETRY_S, Producer
@@ -146,6 +147,11 @@ class Client(ClientBase):
     def get(self, job_id: str) -> Job:
         """The stored job with its status and history; raises ``JobNotFound``."""
         return self.run(self.producer.get(job_id))
+
+    def describe(self, job_id: str) -> JobView:
+        """The job with its payload and where it came from (a re-fire, a schedule, the
+        replays of its dead letter): what ``scheduler get`` shows. Raises ``JobNotFound``."""
+        return self.run(describe(self.producer, job_id))
 
     def dead_letters(self) -> list[DeadLetter]:
         """Jobs whose retries ran out or whose kind had no handler."""

@@ -328,10 +328,11 @@ class Producer:
         for job_id in wanted:
             old = yield from self.get(job_id)
             new = yield from self.place(job_id, old.kind, old.data, old.data_json, due_ms, 0, None)
-            new = new.evolve(attempts=0, fired_ms=old.fired_ms, last_error=old.last_error)
+            # A pending job that has not fired since: no fired_at (its death's time is
+            # kept in the replay's record, with what the dead letter said).
+            new = new.evolve(attempts=0, fired_ms=None, last_error=old.last_error)
             yield from self.ensure_marks([new])
-            yield from call("move", old, new)
-            yield from call("delete_dead_letter", job_id)
+            yield from call("replay_dead_letter", old, new, dead[job_id], self.clock.now_ms())
             out.append(new)
         return out
 

@@ -103,6 +103,14 @@ WHERE part = ? AND job_id > ? ORDER BY job_id LIMIT ?;
 -- name: delete_dead_letter
 DELETE FROM dead_letters WHERE part = ? AND job_id = ?;
 
+-- name: insert_replay
+INSERT OR REPLACE INTO replays (job_id, replayed_at, died_at, attempts, error, expires_at)
+VALUES (?, ?, ?, ?, ?, ?);
+
+-- name: select_replays
+SELECT replayed_at, died_at, attempts, error FROM replays WHERE job_id = ?
+ORDER BY replayed_at DESC LIMIT 100;
+
 -- name: insert_schedule
 INSERT OR IGNORE INTO schedules (schedule_id, version, state, kind, payload, payload_json, cron, every_s,
     tz, anchor_ms, start_ms, end_ms, overlap, misfire, catchup_window_s, jitter_s, created_ms, updated_ms)
@@ -147,6 +155,9 @@ DELETE FROM jobs WHERE expires_at <= ?;
 
 -- name: sweep_dead_letters
 DELETE FROM dead_letters WHERE expires_at <= ?;
+
+-- name: sweep_replays
+DELETE FROM replays WHERE expires_at <= ?;
 
 -- name: upsert_notify_endpoint
 INSERT OR REPLACE INTO notify_endpoints (owner, address, expires_ms) VALUES (?, ?, ?);

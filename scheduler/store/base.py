@@ -19,8 +19,9 @@ from ..model import Job, Status
 from ..progress import Checkpoint, Key
 from ..recurring.schedule import Schedule
 from ..retention import DEFAULT_DEAD_RETENTION_S, DEFAULT_RETENTION_S, Retention
+from .history import Replay
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # A producer pushes a job's fire time to at least now + late margin, so it lands
 # ahead of any poller's read cursor: a poller reads at most late_margin - 2 * max_skew
@@ -346,6 +347,15 @@ class Store(ABC):
     @abstractmethod
     def delete_dead_letter(self, job_id: str) -> None:
         """Remove a dead letter (after a replay)."""
+
+    @abstractmethod
+    def replay_dead_letter(self, old: Job, new: Job, letter: DeadLetter, now_ms: int) -> None:
+        """``move(old, new)``, remove the dead letter and record the replay, atomically.
+        A store older than v005 raises ``SchemaError`` and writes nothing."""
+
+    @abstractmethod
+    def replays(self, job_id: str) -> list[Replay]:
+        """The job's replays (``store.history``), newest first, at most 100."""
 
     # --- recurring schedules ------------------------------------------------------
 

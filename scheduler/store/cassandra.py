@@ -38,6 +38,7 @@ from .cconf import READ_GROUP, CassandraUrl, dt_ms, prepare_failed, replication_
 from .cconnect import connect
 from .cfire import BATCH_ROWS, CassandraFiring, host_ms
 from .cowner import CassandraOwnership
+from .creplays import CassandraReplays
 from .cschedules import CassandraSchedules
 from .rows import (
     bucket_key,
@@ -58,7 +59,8 @@ BATCH_BYTES = 4096
 SCHEMA_AGREEMENT_S = 60.0
 
 
-class CassandraStore(CassandraAsync, CassandraFiring, CassandraOwnership, CassandraSchedules, Store):
+class CassandraStore(CassandraAsync, CassandraFiring, CassandraOwnership, CassandraReplays,
+                     CassandraSchedules, Store):
     def __init__(self, url: str, *, concurrency: int = 128, request_timeout_s: float = 10.0,
                  connect_timeout_s: float = 5.0, security: CassandraSecurity | None = None) -> None:
         """Connect. ``security``: credentials and TLS (default: the settings'). Raises
@@ -370,6 +372,9 @@ class CassandraStore(CassandraAsync, CassandraFiring, CassandraOwnership, Cassan
 
     @dual
     def move(self, old: Job, new: Job) -> CqlSteps[None]:
+        yield Batch(f"rescheduling job {new.job_id!r}", self._move_rows(old, new))
+
+    def _move_rows(self, old: Job, new: Job) -> list[tuple[str, tuple[Any, ...]]]:
         ttl = self.job_ttl(new)
         if bucket_key(old) == bucket_key(new):
             # Re-armed in place: fired_at goes back to null (one cell tombstone, rare).
@@ -377,7 +382,7 @@ class CassandraStore(CassandraAsync, CassandraFiring, CassandraOwnership, Cassan
         else:
             rows = [("insert_bucket_row_full", (*done_bucket_params(old, host_ms()), self._event_ttl())),
                     ("insert_bucket_row", (*bucket_params(new), ttl))]
-        yield Batch(f"rescheduling job {new.job_id!r}", [*rows, ("insert_job", (*job_params(new), ttl))])
+        return [*rows, ("insert_job", (*job_params(new), ttl))]
 
     @dual
     def cancel(self, job: Job) -> CqlSteps[None]:

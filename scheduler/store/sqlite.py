@@ -46,6 +46,7 @@ from .rows import (
     schedule_from_row,
     schedule_params,
 )
+from .sreplays import SqliteReplays
 
 # Expired rows are deleted at most this often, by whichever call comes first.
 SWEEP_EVERY_S = 1.0
@@ -61,7 +62,7 @@ def _q(name: str) -> str:
     return queries.named("sqlite/queries.sql")[name]
 
 
-class SqliteStore(Store):
+class SqliteStore(SqliteReplays, Store):
     def __init__(self, path: str, url: str | None = None) -> None:
         self.url = url or f"sqlite:///{path}"
         self.path = path
@@ -125,10 +126,10 @@ class SqliteStore(Store):
             return
         self._next_sweep = now + SWEEP_EVERY_S
         try:
-            for name in ("sweep_bucket_rows", "sweep_jobs", "sweep_dead_letters"):
+            for name in ("sweep_bucket_rows", "sweep_jobs", "sweep_dead_letters", "sweep_replays"):
                 self._db.execute(_q(name), (_host_ms(),))
         except sqlite3.OperationalError:
-            pass  # no schema yet, or older than v003: nothing carries an expiry
+            pass  # no schema yet, or older than v003 (v005): nothing (no replay) expires
 
     # --- schema ------------------------------------------------------------------------
 
@@ -260,14 +261,8 @@ class SqliteStore(Store):
                     db.execute(_q("insert_bucket_row"), (*bucket_params(job), expiry))
 
     def move(self, old: Job, new: Job) -> None:
-        # As in Cassandra: the old row is retired (marked done), not deleted.
-        expiry, now = self.retention.after_fire_ms(new.fire_ms), _host_ms()
         with self._tx() as db:
-            if bucket_key(old) != bucket_key(new):
-                db.execute(_q("insert_bucket_row_full"),
-                           (*done_bucket_params(old, now), self.retention.after_event_ms(now)))
-            db.execute(_q("insert_bucket_row_full"), (*done_bucket_params(new, None), expiry))
-            db.execute(_q("insert_job"), (*job_params(new), expiry))
+            self._move_in(db, old, new)
 
     def cancel(self, job: Job) -> None:
         now = _host_ms()

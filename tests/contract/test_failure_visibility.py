@@ -90,3 +90,96 @@ def test_a_storm_of_failures_becomes_a_summary(fstore, caplog):
     [summary] = actions(caplog, "job_failures_summarised")
     assert summary["text"] == "kind email: 25 more failed attempts in the last 60 s (ValueError 25)"
     assert summary["levelno"] == logging.WARNING and summary["by_type"] == {"ValueError": 25}
+
+
+def kill(poller: Any, clock: FakeClock, job_id: str) -> None:
+    """Fire ``job_id`` (due within 5 s) until it is dead: its handler always fails."""
+    drive(poller, clock, 15)
+    assert job_id in {d.job_id for d in poller.store.dead_letters()}
+
+
+def test_a_replayed_job_has_no_fired_at_and_get_says_where_it_came_from(fstore, make_client):
+    clock = FakeClock(T0_MS)
+    client = make_client(fstore, clock=clock)
+    client.schedule("d1", T0 + timedelta(seconds=5), "email", {"to": "a@example.com"})
+    poller = make_poller(fstore, clock, None, app=failing_app(max_attempts=2))
+    kill(poller, clock, "d1")
+    dead = client.get("d1")
+    assert dead.status.value == "dead" and dead.fired_ms is not None and dead.attempts == 2
+    [letter] = [d for d in client.dead_letters() if d.job_id == "d1"]
+    clock.advance(3600)
+    replayed_at = clock.now_ms()
+    [back] = client.replay_dead(["d1"])
+    assert back.fired_ms is None
+    got = client.get("d1")
+    assert got.status.value == "pending" and got.fired_ms is None and got.fired_at is None
+    assert got.attempts == 0 and got.last_error == "ValueError: bad address for d1"
+    view = client.describe("d1")
+    assert [(r.replayed_ms, r.died_ms, r.attempts, r.error) for r in view.replays] == [
+        (replayed_at, letter.died_ms, 2, "ValueError: bad address for d1")]
+    data = view.to_dict()
+    assert data["fired_at"] is None and data["payload"] == {"to": "a@example.com"}
+    assert data["payload_encoding"] == "json" and data["attempts"] == 0
+    assert data["replays"] == [{"replayed_at": iso(replayed_at), "died_at": iso(letter.died_ms),
+                                "attempts": 2, "error": "ValueError: bad address for d1"}]
+    text = "\n".join(view.lines())
+    assert f"replayed from dead letter at {iso(replayed_at)} (it died at {iso(letter.died_ms)} after 2 " \
+           "attempts: ValueError: bad address for d1)" in text
+    assert '{"to": "a@example.com"}' in text and "last_error  ValueError: bad address for d1" in text
+    # Dead again, replayed again: both replays, newest first.
+    kill(poller, clock, "d1")
+    clock.advance(60)
+    client.replay_dead(["d1"])
+    assert [r.replayed_ms for r in client.describe("d1").replays] == [clock.now_ms(), replayed_at]
+
+
+def test_get_shows_the_job_a_refire_copied_and_when_it_fired(fstore, make_client):
+    from scheduler.refire import refire_id
+
+    clock = FakeClock(T0_MS)
+    client = make_client(fstore, clock=clock)
+    old = client.schedule("orig", T0 + timedelta(seconds=5), "email", b"\x00\x1b[31mraw")
+    fstore.record_fired([old], T0_MS + 5_100)
+    window = (T0_MS, T0_MS + 10_000)
+    new_id = refire_id(window, "orig")
+    client.schedule(new_id, T0 + timedelta(seconds=10), "email", b"\x00\x1b[31mraw")
+    data = client.describe(new_id).to_dict()
+    assert data["refired"] == {"from_job": "orig", "window_from": iso(window[0]),
+                               "window_to": iso(window[1]), "original_fired_at": iso(T0_MS + 5_100)}
+    assert data["payload"] == "ABtbMzFtcmF3" and data["payload_encoding"] == "base64"
+    text = "\n".join(client.describe(new_id).lines())
+    assert f"re-fired from job orig / original fire at {iso(T0_MS + 5_100)}" in text
+    assert "\x1b" not in text, "control characters are escaped"
+    gone = refire_id(window, "never-stored")
+    client.schedule(gone, T0 + timedelta(seconds=10), "email", {})
+    assert "re-fired from job never-stored / original no longer stored" in "\n".join(
+        client.describe(gone).lines())
+    assert client.describe("orig").to_dict()["refired"] is None
+    assert client.describe("orig").replays == ()
+
+
+def iso(ms: int) -> str:
+    from scheduler.keys import from_ms
+
+    return from_ms(ms).isoformat()
+
+
+def test_before_v005_a_replay_writes_nothing_and_get_still_works(store_kind, request, tmp_path):
+    from scheduler.errors import SchemaError
+
+    st = make_store(store_kind, request, tmp_path, SchemaOptions(shard_count=4, upto=4),
+                    now_ms=T0_MS - 60_000)
+    try:
+        clock = FakeClock(T0_MS)
+        client = Client(st, clock=clock)
+        job = client.schedule("v4", T0 + timedelta(seconds=5), "email", {})
+        st.record_dead(job, "boom", T0_MS + 5_000)
+        with pytest.raises(SchemaError, match="schema apply"):
+            client.replay_dead(["v4"])
+        assert [d.job_id for d in st.dead_letters()] == ["v4"] and client.get("v4").status.value == "dead"
+        assert client.describe("v4").replays == ()
+        st.apply_schema(SchemaOptions(shard_count=4), T0_MS)
+        client.replay_dead(["v4"])
+        assert client.get("v4").status.value == "pending" and len(client.describe("v4").replays) == 1
+    finally:
+        st.close()
