@@ -1,12 +1,11 @@
 """The ``scheduler`` command: parse, call the library, print. Nothing else lives here.
 
-Every view takes ``--json``. A ``SchedulerError`` becomes one line on stderr and exit
-status 1; usage errors exit 2.
+Every view takes ``--json``. Exit codes and what reaches stdout and stderr: the table in
+docs/CLI.md, kept for every command by ``cli_common.ContractGroup``.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -16,77 +15,24 @@ import typer
 
 from . import cli_admin, cli_console, cli_ops, cli_recurring  # noqa: F401  (they register their commands)
 from .cli_common import (
+    DURATION,
+    TIME,
     JsonOpt,
     StoreOpt,
     app,
+    check_coordinator,
     client_for,
+    duration,
     emit,
     errors,
+    fail,
     job_table,
     parse_at,
-    schema_app,
+    store_for,
 )
 from .coord import DEFAULT_SESSION_TIMEOUT_S
 from .errors import InvalidInput
 from .settings import Settings
-
-# --- schema -----------------------------------------------------------------------------
-
-
-@schema_app.command("apply")
-def schema_apply(
-    store: StoreOpt = None,
-    shards: Annotated[int, typer.Option(help="Shard count S of a new keyspace.")] = 16,
-    bucket_width: Annotated[int, typer.Option(help="Bucket width in seconds, fixed at creation.")] = 60,
-    replication: Annotated[str, typer.Option(help="simple:RF or nts:DC=RF[,DC=RF].")] = "simple:1",
-    retention: Annotated[str | None, typer.Option(
-        help="Keep a job's rows this long after it fires, is cancelled or dies (90s, 12h, 7d). "
-             "Default 7d for a new keyspace; given for an existing one, changes it.")] = None,
-    dead_retention: Annotated[str | None, typer.Option(
-        help="Keep dead letters this long (default 30d); changes an existing keyspace's.")] = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Create the keyspace and tables, or upgrade them; safe to run again."""
-    from .clock import SystemClock
-    from .layout import check_shard_count
-    from .retention import format_duration, parse_duration
-    from .store import SchemaOptions, open_store
-
-    with errors():
-        check_shard_count(shards)
-        if not 1 <= bucket_width <= 3600 or 3600 % bucket_width:
-            raise InvalidInput(f"--bucket-width {bucket_width} must divide 3600 (e.g. 1, 10, 60)")
-        keep = None if retention is None else parse_duration(retention, "--retention")
-        keep_dead = None if dead_retention is None else parse_duration(dead_retention, "--dead-retention")
-        st = open_store(Settings.from_env().require_store(store))
-        try:
-            res = st.apply_schema(SchemaOptions(shard_count=shards, bucket_width_s=bucket_width,
-                                                replication=replication, retention_s=keep,
-                                                dead_retention_s=keep_dead), SystemClock().now_ms())
-        finally:
-            st.close()
-    meta = res.meta
-    data = {"store": st.url, "from_version": res.from_version, "version": res.to_version,
-            "created": res.created, "bucket_width_s": meta.bucket_width_s,
-            "origin_bucket": meta.origin_bucket, "retention_s": meta.retention_s,
-            "dead_retention_s": meta.dead_retention_s, "retention_changed": res.retention_was is not None}
-    if res.created:
-        what = "created"
-    elif res.from_version < res.to_version:
-        what = f"upgraded from v{res.from_version}"
-    else:
-        what = "already current"
-    lines = [f"schema v{res.to_version} on {st.url} ({what}); retention {format_duration(meta.retention_s)}, "
-             f"dead letters {format_duration(meta.dead_retention_s)}"]
-    if res.retention_was is not None:
-        was = res.retention_was
-        lines.append(
-            f"retention changed (was {format_duration(was.jobs_s)}, "
-            f"dead letters {format_duration(was.dead_s)}): "
-            "it applies to rows written from now on by processes started after this change (restart "
-            "producers and pollers); rows already written keep the expiry they were written with")
-    emit(data, as_json, lambda: typer.echo("\n".join(lines)))
-
 
 # --- jobs -------------------------------------------------------------------------------
 
@@ -94,25 +40,24 @@ def schema_apply(
 @app.command()
 def schedule(
     job_id: Annotated[str, typer.Option("--id", help="Job id, unique per job.")],
-    at: Annotated[str, typer.Option(help="Due time, ISO 8601 with an offset.")],
+    at: Annotated[str, typer.Option(metavar=TIME, help="Due time, ISO 8601 with an offset.")],
     kind: Annotated[str, typer.Option(help="Job kind, routes it to a handler.")],
     payload: Annotated[str | None, typer.Option(help="JSON payload.")] = None,
-    jitter: Annotated[float, typer.Option(help="Fire any time up to this many seconds after due.")] = 0.0,
+    jitter: Annotated[str, typer.Option(
+        metavar=DURATION, help="Fire any time up to this long after due (0.5, 30s, 5m).")] = "0",
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Schedule one job (idempotent by id)."""
+    from .jobspec import loads
+
     with errors():
         due = parse_at(at)
-        value = None
-        if payload is not None:
-            try:
-                value = json.loads(payload)
-            except ValueError as exc:
-                raise InvalidInput(f"--payload is not valid JSON: {exc}") from None
+        jitter_s = duration(jitter, "--jitter")
+        value = None if payload is None else loads(payload, "--payload")
         client = client_for(store)
         try:
-            job = client.schedule(job_id, due, kind, value, jitter_s=jitter).to_dict()
+            job = client.schedule(job_id, due, kind, value, jitter_s=jitter_s).to_dict()
         finally:
             client.close()
     emit(job, as_json, lambda: job_table(job))
@@ -133,21 +78,22 @@ def get(job_id: str, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
 
 @app.command()
 def cancel(job_id: str, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
-    """Cancel a pending job. Exit status 1 when there was no pending job to cancel."""
+    """Cancel a pending job. No pending job of that id (unknown, fired, cancelled or
+    dead) is an error: one line on stderr, exit 1."""
     with errors():
         client = client_for(store)
         try:
             done = client.cancel(job_id)
         finally:
             client.close()
-    emit({"job_id": job_id, "cancelled": done}, as_json,
-         lambda: typer.echo(f"cancelled {job_id}" if done else f"{job_id}: no pending job to cancel"))
     if not done:
-        raise typer.Exit(1)
+        fail(f"no pending job {job_id!r} to cancel (it is unknown, already fired, cancelled or dead: "
+             f"see `scheduler get {job_id}`)")
+    emit({"job_id": job_id, "cancelled": done}, as_json, lambda: typer.echo(f"cancelled {job_id}"))
 
 
 @app.command()
-def reschedule(job_id: str, at: Annotated[str, typer.Option(help="New due time, ISO 8601.")],
+def reschedule(job_id: str, at: Annotated[str, typer.Option(metavar=TIME, help="New due time, ISO 8601.")],
                store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     """Move a job to a new due time."""
     with errors():
@@ -163,19 +109,14 @@ def reschedule(job_id: str, at: Annotated[str, typer.Option(help="New due time, 
 @app.command()
 def load(file: Annotated[Path, typer.Argument(help="JSON lines, one job per line; - for stdin.")],
          store: StoreOpt = None, as_json: JsonOpt = False) -> None:
-    """Bulk-load jobs from JSON lines (fields as `schedule`: id, at, kind, payload, jitter)."""
+    """Bulk-load jobs from JSON lines (fields as `schedule`: id, at, kind, payload, jitter
+    in seconds). The whole file is checked first: one bad line or job writes nothing."""
     from rich.progress import Progress
 
+    from .jobspec import records_from_lines
+
     with errors():
-        lines = (sys.stdin if str(file) == "-" else _open_lines(file))
-        records = []
-        for n, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except ValueError as exc:
-                raise InvalidInput(f"{file}:{n}: not valid JSON ({exc})") from None
+        records = records_from_lines(_read_lines(file), str(file))
         client = client_for(store)
         try:
             with Progress(disable=as_json or not sys.stderr.isatty(), transient=False) as bar:
@@ -210,11 +151,17 @@ def _load_with_retries(client: Any, records: list[Any], progress: Callable[[int]
     raise AssertionError("unreachable")
 
 
-def _open_lines(path: Path) -> list[str]:
+def _read_lines(path: Path) -> list[str]:
+    """The lines of ``path`` (``-``: stdin), UTF-8; ``InvalidInput`` when it cannot be
+    read or decoded."""
     try:
+        if str(path) == "-":
+            return sys.stdin.buffer.read().decode("utf-8").splitlines()
         return path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
-        raise InvalidInput(f"cannot read {path}: {exc.strerror}") from None
+        raise InvalidInput(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"{path} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
 
 
 # --- pollers ----------------------------------------------------------------------------
@@ -228,17 +175,19 @@ def run(
         help="Own exactly these shards, e.g. 0-15, without coordination.")] = None,
     coordinator: Annotated[str | None, typer.Option(
         help="local or zookeeper://h1:2181,h2:2181/root (default $SCHEDULER_COORDINATOR).")] = None,
-    session_timeout: Annotated[float, typer.Option(help="ZooKeeper session timeout, seconds.")
-                               ] = DEFAULT_SESSION_TIMEOUT_S,
-    store_failure_release: Annotated[float, typer.Option(
-        help="In a fleet: after this many seconds of failing store calls, release every shard "
-             "to the other pollers until the store answers (0: never).")] = 30.0,
+    session_timeout: Annotated[str, typer.Option(metavar=DURATION, help="ZooKeeper session timeout.")
+                               ] = f"{DEFAULT_SESSION_TIMEOUT_S:g}s",
+    store_failure_release: Annotated[str, typer.Option(
+        metavar=DURATION,
+        help="In a fleet: after this long of failing store calls, release every shard "
+             "to the other pollers until the store answers (0: never).")] = "30s",
     concurrency: Annotated[int, typer.Option(
         help="Handlers running at once: threads, or coroutines for async handlers.")] = 16,
-    handler_timeout: Annotated[float, typer.Option(
-        help="Seconds a handler call may run before it counts as failed (a kind's own "
-             "timeout_s wins; 0: no limit).")] = 600.0,
-    poll_interval: Annotated[float, typer.Option(help="Seconds between polls.")] = 1.0,
+    handler_timeout: Annotated[str, typer.Option(
+        metavar=DURATION,
+        help="How long a handler call may run before it counts as failed (a kind's own "
+             "timeout_s wins; 0: no limit).")] = "10m",
+    poll_interval: Annotated[str, typer.Option(metavar=DURATION, help="Time between polls.")] = "1s",
     max_rate: Annotated[float | None, typer.Option(help="Jobs/s this poller releases.")] = None,
     max_shard_rate: Annotated[float | None, typer.Option(help="Jobs/s released per shard.")] = None,
     metrics_address: Annotated[str | None, typer.Option(
@@ -269,9 +218,15 @@ def run(
     logs.setup(json_output=log_json)
     sys.path.insert(0, os.getcwd())  # handlers are usually modules of the current project
     with errors():
-        if concurrency < 1 or poll_interval <= 0 or store_failure_release < 0 or handler_timeout < 0:
-            raise InvalidInput("--concurrency must be >= 1, --poll-interval > 0, and "
-                               "--store-failure-release and --handler-timeout >= 0")
+        if concurrency < 1:
+            raise InvalidInput(f"--concurrency {concurrency} must be at least 1")
+        interval_s = duration(poll_interval, "--poll-interval", allow_zero=False)
+        session_s = duration(session_timeout, "--session-timeout", allow_zero=False)
+        release_s = duration(store_failure_release, "--store-failure-release")
+        timeout_s = duration(handler_timeout, "--handler-timeout")
+        fixed = parse_shard_spec(shards) if shards else None
+        if not shards:
+            coordinator = check_coordinator(coordinator)
         count = processes_default(processes)
         if count > 1:
             if shards:
@@ -279,7 +234,7 @@ def run(
                                    "cannot be split between processes)")
             load_app(handler, app_)  # a handler that does not import fails here, once
             settings = Settings.from_env()
-            if not (coordinator or settings.coordinator or "local").startswith("zookeeper:"):
+            if not (coordinator or "local").lower().startswith("zookeeper:"):
                 # Local coordination lives inside one process: N of them would each own
                 # every shard.
                 raise InvalidInput("--processes needs a ZooKeeper fleet: pass --coordinator "
@@ -288,16 +243,19 @@ def run(
             raise typer.Exit(supervise(count, argv, metrics_address or settings.metrics_address,
                                        settings.notify_address or "off", name,
                                        lambda line: typer.echo(line, err=True)))
-        config = PollerConfig(poll_interval_s=poll_interval, concurrency=concurrency,
+        config = PollerConfig(poll_interval_s=interval_s, concurrency=concurrency,
                               max_rate=max_rate, max_shard_rate=max_shard_rate,
-                              handler_timeout_s=handler_timeout or None,
+                              handler_timeout_s=timeout_s or None,
                               notify_address=Settings.from_env().notify_address)
-        code = run_poller(load_app(handler, app_), store=store, config=config, name=name,
-                          shards=parse_shard_spec(shards) if shards else None,
-                          coordinator=coordinator, metrics_address=metrics_address,
-                          session_timeout_s=session_timeout,
-                          store_failure_release_s=store_failure_release,
-                          announce=lambda line: typer.echo(line, err=True))
+        the_app = load_app(handler, app_)
+        st = store_for(store)
+        try:
+            code = run_poller(the_app, store=st, config=config, name=name, shards=fixed,
+                              coordinator=coordinator, metrics_address=metrics_address,
+                              session_timeout_s=session_s, store_failure_release_s=release_s,
+                              announce=lambda line: typer.echo(line, err=True))
+        finally:
+            st.close()
     if code:
         raise typer.Exit(code)
 
@@ -306,7 +264,8 @@ def run(
 def demo(
     jobs: Annotated[int, typer.Option(help="Jobs to schedule.")] = 2000,
     pollers: Annotated[int, typer.Option(help="Pollers to run in this process.")] = 2,
-    seconds: Annotated[float, typer.Option(help="Spread the due times over this many seconds.")] = 20.0,
+    seconds: Annotated[str, typer.Option(metavar=DURATION, help="Spread the due times over this long.")
+                       ] = "20s",
     store: Annotated[str | None, typer.Option(help="Store URL (default: temporary embedded).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -314,13 +273,14 @@ def demo(
     from .demo import run_demo
 
     with errors():
-        if jobs < 1 or pollers < 1 or seconds <= 0:
-            raise InvalidInput("--jobs and --pollers must be >= 1 and --seconds > 0")
+        if jobs < 1 or pollers < 1:
+            raise InvalidInput("--jobs and --pollers must be >= 1")
+        spread_s = duration(seconds, "--seconds", allow_zero=False)
         live = not as_json and sys.stdout.isatty()
         if live:
-            summary = _demo_live(jobs, pollers, seconds, store)
+            summary = _demo_live(jobs, pollers, spread_s, store)
         else:
-            summary = run_demo(jobs, pollers, seconds, store)
+            summary = run_demo(jobs, pollers, spread_s, store)
     data = summary.to_dict()
 
     def human() -> None:
@@ -334,7 +294,8 @@ def demo(
 
     emit(data, as_json, human)
     if summary.lost or summary.early:
-        raise typer.Exit(1)
+        fail(f"the demo found {summary.lost} lost and {summary.early} early jobs (the summary on stdout "
+             "has the numbers; report it)")
 
 
 def _demo_live(jobs: int, pollers: int, seconds: float, store: str | None) -> Any:

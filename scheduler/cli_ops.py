@@ -11,24 +11,45 @@ from typing import Annotated, Any
 
 import typer
 
-from .cli_common import JsonOpt, StoreOpt, app, emit, errors
+from .cli_common import (
+    DURATION,
+    TIME,
+    JsonOpt,
+    StoreOpt,
+    app,
+    check_coordinator,
+    duration,
+    emit,
+    errors,
+    store_for,
+)
 from .errors import InvalidInput
 from .observe import parse_bucket, shard_ranges
-from .settings import Settings
+
+
+def _coordinator_given(value: str | None) -> str | None:
+    """A ``--coordinator`` given on the command line, checked while it is parsed: a
+    malformed one is one ``error:`` line before the command opens anything."""
+    from .coordurl import check_coordinator_url
+
+    check_coordinator_url(value)
+    return value
+
 
 CoordOpt = Annotated[str | None, typer.Option(
-    "--coordinator", help="zookeeper://h1:2181/root to read owners from ZooKeeper "
-                          "(default $SCHEDULER_COORDINATOR; local: from the checkpoints).")]
+    "--coordinator", callback=_coordinator_given,
+    help="zookeeper://h1:2181/root to read owners from ZooKeeper "
+         "(default $SCHEDULER_COORDINATOR; local: from the checkpoints).")]
 
 
 def _open(store: str | None, coordinator: str | None) -> tuple[Any, Any]:
-    """The store, and a function reading the fleet from ZooKeeper (None for local)."""
+    """The store (which must exist: these commands never create one), and a function
+    reading the fleet from ZooKeeper (None for local). The coordinator URL is checked
+    before the store is opened."""
     from .fleetview import read_fleet
-    from .store import open_store
 
-    settings = Settings.from_env()
-    st = open_store(settings.require_store(store))
-    url = coordinator or settings.coordinator
+    url = check_coordinator(coordinator)
+    st = store_for(store)
     return st, (lambda: read_fleet(url))
 
 
@@ -48,6 +69,8 @@ def lag(store: StoreOpt = None, coordinator: CoordOpt = None, as_json: JsonOpt =
     from .observe import lag_report
 
     with errors():
+        if top is not None and top < 1:
+            raise InvalidInput(f"--top {top} must be at least 1 (leave it out to show every shard)")
         st, fleet = _open(store, coordinator)
         try:
             rows = lag_report(st, SystemClock().now_ms(), fleet())
@@ -220,10 +243,12 @@ def _forecast_with_bar(st: Any, hours: float, run_forecast: Any) -> Any:
 @app.command()
 def exporter(
     address: Annotated[str, typer.Option(help="Serve /metrics on HOST:PORT.")] = "127.0.0.1:9464",
-    interval: Annotated[float, typer.Option(help="Seconds between reads of the store.")] = 15.0,
-    audit_interval: Annotated[float | None, typer.Option(
-        help="Audit the last closed hour every this many seconds and export "
-             "scheduler_audit_violations (default: off; 600 is a good value).")] = None,
+    interval: Annotated[str, typer.Option(metavar=DURATION, help="Time between reads of the store.")
+                        ] = "15s",
+    audit_interval: Annotated[str | None, typer.Option(
+        metavar=DURATION,
+        help="Audit the last closed hour this often and export "
+             "scheduler_audit_violations (default: off; 10m is a good value).")] = None,
     store: StoreOpt = None,
     coordinator: CoordOpt = None,
 ) -> None:
@@ -240,14 +265,18 @@ def exporter(
 
     logs.setup(json_output=False)
     with errors():
-        if interval <= 0:
-            raise InvalidInput("--interval must be > 0")
-        if audit_interval is not None and audit_interval < 60:
+        interval_s = duration(interval, "--interval", allow_zero=False)
+        audit_s = None if audit_interval is None else duration(audit_interval, "--audit-interval")
+        if audit_s is not None and audit_s < 60:
             raise InvalidInput("--audit-interval must be at least 60 seconds: each audit reads a whole hour")
         st, fleet = _open(store, coordinator)
-        exp = LagExporter(st, SystemClock(), fleet, interval_s=interval, audit_interval_s=audit_interval)
-        exp.refresh()  # fail at start, with a clear message, rather than serve nothing
-        bound = serve_registry(exp.registry, address)
+        try:
+            exp = LagExporter(st, SystemClock(), fleet, interval_s=interval_s, audit_interval_s=audit_s)
+            exp.refresh()  # fail at start, with a clear message, rather than serve nothing
+            bound = serve_registry(exp.registry, address)
+        except BaseException:
+            st.close()
+            raise
     exp.start()
     typer.echo(f"exporter: serving lag of {st.url} on http://{bound}/metrics", err=True)
     stop = threading.Event()
@@ -261,8 +290,9 @@ def exporter(
 @app.command()
 def audit(
     from_: Annotated[str | None, typer.Option(
-        "--from", help="ISO time (default: the start of the last closed hour).")] = None,
+        "--from", metavar=TIME, help="ISO time (default: the start of the last closed hour).")] = None,
     to: Annotated[str | None, typer.Option(
+        metavar=TIME,
         help="ISO time (default: now with --from, else the end of the last closed hour).")] = None,
     lookups: Annotated[bool, typer.Option(
         "--lookups", help="Also read the whole lookup table for rows pointing into the range at "

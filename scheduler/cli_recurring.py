@@ -3,20 +3,20 @@
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
 
-from .cli_common import JsonOpt, StoreOpt, app, client_for, emit, errors, parse_at
+from .cli_common import DURATION, TIME, JsonOpt, StoreOpt, app, client_for, emit, errors, parse_at
 from .errors import InvalidInput
 
 recurring_app = typer.Typer(no_args_is_help=True, help="Recurring schedules: cron or intervals.")
 app.add_typer(recurring_app, name="recurring")
 
 CronOpt = Annotated[str | None, typer.Option("--cron", help="5 fields, or @hourly, @daily, ...")]
-EveryOpt = Annotated[str | None, typer.Option("--every", help="An interval: 30s, 5m, 12h, 1d.")]
+EveryOpt = Annotated[str | None, typer.Option("--every", metavar=DURATION,
+                                              help="An interval: 30s, 5m, 12h, 1d.")]
 TzOpt = Annotated[str | None, typer.Option("--tz", help="IANA time zone (default UTC).")]
 
 
@@ -25,7 +25,7 @@ def preview(
     cron: CronOpt = None,
     every: EveryOpt = None,
     tz: TzOpt = None,
-    from_: Annotated[str | None, typer.Option("--from", help="Start after this time, ISO 8601 "
+    from_: Annotated[str | None, typer.Option("--from", metavar=TIME, help="Start after this time, ISO 8601 "
                                               "(default now; an interval is anchored here).")] = None,
     count: Annotated[int, typer.Option(help="How many times to show.")] = 10,
     as_json: JsonOpt = False,
@@ -51,30 +51,40 @@ def preview(
 
 KindOpt = Annotated[str | None, typer.Option("--kind", help="The kind every occurrence has.")]
 PayloadOpt = Annotated[str | None, typer.Option("--payload", help="JSON payload of every occurrence.")]
-StartOpt = Annotated[str | None, typer.Option("--start", help="First possible time, ISO 8601 (an "
-                                              "interval is anchored here; default now).")]
-EndOpt = Annotated[str | None, typer.Option("--end", help="No occurrence after this, ISO 8601.")]
+StartOpt = Annotated[str | None, typer.Option("--start", metavar=TIME,
+                                              help="First possible time, ISO 8601 (an interval is "
+                                                   "anchored here; default now).")]
+EndOpt = Annotated[str | None, typer.Option("--end", metavar=TIME,
+                                            help="No occurrence after this, ISO 8601 (in the future).")]
 OverlapOpt = Annotated[str | None, typer.Option("--overlap", help="allow (default), skip or buffer_one.")]
-WindowOpt = Annotated[str | None, typer.Option("--catchup-window",
+WindowOpt = Annotated[str | None, typer.Option("--catchup-window", metavar=DURATION,
                                                help="How far back missed times are caught up (1h).")]
 MisfireOpt = Annotated[str | None, typer.Option("--misfire", help="fire_once (default), fire_all or skip.")]
-JitterOpt = Annotated[str | None, typer.Option("--jitter", help="Spread each fire time by up to this.")]
+JitterOpt = Annotated[str | None, typer.Option("--jitter", metavar=DURATION,
+                                               help="Spread each fire time by up to this.")]
 
 
 def _options(kind: str | None, cron: str | None, every: str | None, tz: str | None, payload: str | None,
              start: str | None, end: str | None, overlap: str | None, catchup_window: str | None,
              misfire: str | None, jitter: str | None) -> dict[str, Any]:
-    """The options given on the command line, parsed (``InvalidInput`` on bad ones)."""
+    """The options given on the command line, parsed (``InvalidInput`` on bad ones),
+    before the store is read: a bad value is refused even for a schedule that does not
+    exist."""
+    from .jobspec import loads
+    from .recurring.rule import parse_duration
+
     out: dict[str, Any] = {}
     if payload is not None:
-        try:
-            out["payload"] = json.loads(payload)
-        except ValueError as exc:
-            raise InvalidInput(f"--payload is not JSON: {exc}") from None
-    for key, value in (("kind", kind), ("cron", cron), ("every", every), ("tz", tz), ("overlap", overlap),
-                       ("catchup_window", catchup_window), ("misfire", misfire), ("jitter", jitter)):
+        out["payload"] = loads(payload, "--payload")
+    for key, value in (("kind", kind), ("cron", cron), ("tz", tz), ("overlap", overlap),
+                       ("misfire", misfire)):
         if value is not None:
             out[key] = value
+    for key, flag, value in (("every", "--every", every),
+                             ("catchup_window", "--catchup-window", catchup_window),
+                             ("jitter", "--jitter", jitter)):
+        if value is not None:
+            out[key] = parse_duration(value, flag, allow_zero=key != "every")
     for key, value in (("start", start), ("end", end)):
         if value is not None:
             out[key] = parse_at(value)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, NamedTuple
 
@@ -179,7 +179,7 @@ def encode_payload(payload: object, limit: int) -> tuple[bytes, bool]:
     else:
         try:
             data = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             raise InvalidInput(f"payload must be bytes or JSON-serialisable: {exc}") from None
         is_json = True
     if len(data) > limit:
@@ -190,16 +190,32 @@ def encode_payload(payload: object, limit: int) -> tuple[bytes, bool]:
     return data, is_json
 
 
+# The instants ``parse_time`` accepts: every one of them converts to epoch milliseconds
+# and back (``keys.from_ms``) on any platform.
+EARLIEST_TIME = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST_TIME = datetime(9999, 12, 31, tzinfo=UTC)
+
+
 def parse_time(text: str) -> datetime:
-    """Parse ISO 8601 with an explicit offset ('Z' allowed); anything else is an error."""
+    """Parse ISO 8601 with an explicit offset ('Z' allowed), between 1970-01-01 and
+    9999-12-31 UTC. ``InvalidInput`` for anything else; nothing else is raised for any
+    text."""
+    shown = repr(text[:64] + ("..." if len(text) > 64 else ""))
     try:
         dt = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
         raise InvalidInput(
-            f"cannot parse time {text!r}: use ISO 8601 with an offset, e.g. 2027-03-01T09:00:00Z"
+            f"cannot parse time {shown}: use ISO 8601 with an offset, e.g. 2027-03-01T09:00:00Z"
         ) from None
     if dt.tzinfo is None:
         raise InvalidInput(
-            f"time {text!r} has no UTC offset: add one, e.g. {text}Z or {text}+01:00"
+            f"time {shown} has no UTC offset: add one, e.g. {text.strip()[:64]}Z or {text.strip()[:64]}+01:00"
         )
+    try:
+        in_range = EARLIEST_TIME <= dt.astimezone(UTC) <= LATEST_TIME
+    except OverflowError:  # year 1 or 9999 pushed past the calendar by its offset
+        in_range = False
+    if not in_range:
+        raise InvalidInput(f"time {shown} is out of range: give one between 1970-01-01 and "
+                           "9999-12-31 UTC")
     return dt

@@ -24,6 +24,7 @@ from typing import Any
 import mmh3
 
 from .audit import LOOKUP_IDS, PARTS_AT_ONCE, classify, read_partitions
+from .errors import InvalidInput
 from .jobspec import JobSpec
 from .keys import bucket_of_ms, from_ms
 from .model import MAX_JOB_ID_BYTES, Job, refired_from
@@ -31,7 +32,7 @@ from .store.base import Store
 
 PREFIX = "refire:"
 DEFAULT_LOOKBACK_S = 3600
-__all__ = ["Found", "counts_by_kind", "fired_in_window", "refire_id", "refired_from", "specs"]
+__all__ = ["Found", "check_window", "counts_by_kind", "fired_in_window", "refire_id", "refired_from", "specs"]
 
 
 def refire_id(window: tuple[int, int], job_id: str) -> str:
@@ -47,6 +48,18 @@ def refire_id(window: tuple[int, int], job_id: str) -> str:
 class Found:
     job: Job
     fired_ms: int
+
+
+def check_window(start_ms: int, end_ms: int, now_ms: int) -> None:
+    """``InvalidInput`` unless ``[start_ms, end_ms]`` is a window of the past: the
+    re-fired jobs are due at its end, so an end in the future would fire them then, not
+    at once (and firings after now cannot have been recorded yet)."""
+    if end_ms < start_ms:
+        raise InvalidInput("--to is before --from; give a window forwards in time")
+    if end_ms > now_ms:
+        raise InvalidInput(f"--to {from_ms(end_ms).isoformat()} is in the future: the jobs would fire "
+                           f"then, not at once; give a window that has ended (--to now or earlier, "
+                           f"now is {from_ms(now_ms).isoformat()})")
 
 
 def fired_in_window(store: Store, start_ms: int, end_ms: int, kind: str | None = None,

@@ -64,6 +64,13 @@ def run_poller(app: App | Handler, *, settings: Settings | None = None,
     st = store if isinstance(store, Store) else open_store(settings.require_store(store))
     owns_store = not isinstance(store, Store)
     fixed = None if shards is None else sorted(set(shards))
+    if fixed is not None:
+        try:
+            check_fixed_shards(fixed, st.layouts().all_shards())
+        except BaseException:
+            if owns_store:
+                st.close()
+            raise
     coord = None
     if fixed is None:
         coord = (open_coordinator(coordinator or settings.coordinator, session_timeout_s=session_timeout_s)
@@ -105,6 +112,19 @@ def run_poller(app: App | Handler, *, settings: Settings | None = None,
             "restarts it")
         return EXIT_SESSION_LOST
     return EXIT_OK
+
+
+def check_fixed_shards(shards: list[int], count: int) -> None:
+    """``InvalidInput`` unless every one of ``shards`` exists in a store whose layouts
+    have at most ``count`` shards (a poller on shard 99 of 16 would poll nothing, and
+    say nothing)."""
+    if not shards:
+        raise InvalidInput("no shards to poll: give --shards N, N-M or a list of them")
+    missing = [n for n in shards if n >= count]
+    if missing:
+        raise InvalidInput(f"shards {_spans(missing)} do not exist: the store's layouts have shards "
+                           f"{_spans(list(range(count)))}; give shards in that range "
+                           "(`scheduler shards show`)")
 
 
 def _spans(shards: list[int]) -> str:

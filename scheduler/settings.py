@@ -22,6 +22,7 @@
 | | | actions (``scheduler console --allow-actions``); at least 16 characters |
 | SCHEDULER_ZK_READERS | (none) | digest ids ``user:base64(sha1(user:password))``, comma- |
 | | | separated, given read-only access to the znodes a poller creates |
+| SCHEDULER_DEBUG | (off) | ``1``: the CLI prints the traceback of an unexpected error |
 """
 
 from __future__ import annotations
@@ -140,6 +141,13 @@ def console_token(env: Mapping[str, str] | None = None) -> str | None:
         raise ConfigError(f"the console token must be at least {CONSOLE_TOKEN_MIN} characters; "
                           "make one with: openssl rand -hex 24")
     return token
+
+
+def debug_enabled(env: Mapping[str, str] | None = None) -> bool:
+    """Whether SCHEDULER_DEBUG asks the CLI for tracebacks (1, true, yes or on). Read
+    while an error is being reported, so it never raises."""
+    raw = ((os.environ if env is None else env).get("SCHEDULER_DEBUG") or "").strip().lower()
+    return raw in ("1", "true", "yes", "on")
 
 
 def _off(value: str) -> str | None:

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..effects import Sleep, Steps, call
-from ..errors import ScheduleConflict, ScheduleNotFound
+from ..errors import InvalidInput, ScheduleConflict, ScheduleNotFound
 from ..model import Status, check_kind, encode_payload
 from . import chain, writes
 from .rule import Rule, parse_duration
@@ -48,7 +48,16 @@ LAST_FIRED_LOOKBACK = 10
 
 
 def _seconds(value: str | int, flag: str, allow_zero: bool = False) -> int:
-    return value if isinstance(value, int) else parse_duration(value, flag, allow_zero=allow_zero)
+    """Whole seconds of a duration given as text or as a number of seconds; ``InvalidInput``
+    for anything else (a bool, a float, a negative number)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 0 or (value == 0 and not allow_zero):
+            raise InvalidInput(f"{flag} {value} must be {'at least 0' if allow_zero else 'longer than zero'}")
+        return value
+    if not isinstance(value, str):
+        raise InvalidInput(f"{flag} must be a duration such as 30s or a whole number of seconds, "
+                           f"got {type(value).__name__}")
+    return parse_duration(value, flag, allow_zero=allow_zero)
 
 
 class RecurringOps:
@@ -72,6 +81,10 @@ class RecurringOps:
         kind = check_kind(base.kind if kind is _UNSET and base is not None else kind)
         start_ms = (base.start_ms if base else None) if start is _UNSET else aware_ms(start, "--start")
         end_ms = (base.end_ms if base else None) if end is _UNSET else aware_ms(end, "--end")
+        if end is not _UNSET and end_ms is not None and end_ms <= now:
+            # Nothing would ever fire: refused rather than stored as a schedule that is over.
+            raise InvalidInput(f"--end {end.isoformat()} is in the past: give a future time, or "
+                               "`recurring delete` the schedule to stop it")
         check_window(start_ms, end_ms)
         if cron is _UNSET and every is _UNSET and base is not None:
             rule = Rule.parse(base.rule.cron, base.rule.every_s, base.rule.tz if tz is _UNSET else tz,

@@ -16,12 +16,12 @@ from now or from when a run completed: no drift.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from ..durations import whole_seconds
 from ..errors import InvalidInput
 
 ALIASES = {
@@ -33,22 +33,14 @@ ALIASES = {
     "@midnight": "0 0 * * *",
     "@hourly": "0 * * * *",
 }
-_DURATION = re.compile(r"^\s*([0-9]+)\s*([smhd])\s*$")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 # An interval longer than this is surely a typo (and overflows nothing either).
 MAX_EVERY_S = 366 * 86400
 
 
 def parse_duration(text: str, what: str = "duration", *, allow_zero: bool = False) -> int:
-    """Seconds of ``90s``, ``5m``, ``12h`` or ``7d``; ``InvalidInput`` naming ``what``."""
-    m = _DURATION.match(text or "")
-    if not m:
-        raise InvalidInput(f"{what} {text!r} is not a duration: use a whole number with s, m, h "
-                           "or d (e.g. 30s, 5m, 12h, 7d)")
-    seconds = int(m.group(1)) * _UNIT_S[m.group(2)]
-    if seconds == 0 and not allow_zero:
-        raise InvalidInput(f"{what} {text!r} must be longer than zero")
-    return seconds
+    """Whole seconds of ``90s``, ``5m``, ``12h``, ``7d`` or ``90`` (the syntax of every
+    duration flag, ``scheduler.durations``); ``InvalidInput`` naming ``what``."""
+    return whole_seconds(text, what, allow_zero=allow_zero)
 
 
 @lru_cache(maxsize=512)
@@ -82,7 +74,10 @@ class Rule:
             cron = " ".join(cron.split())
             _check_cron(cron)
             return cls(cron=cron, tz=tz)
-        seconds = every if isinstance(every, int) else parse_duration(str(every), "--every")
+        if isinstance(every, bool) or not isinstance(every, int | str):
+            raise InvalidInput(f"--every must be a duration such as 5m or a number of seconds, "
+                               f"got {type(every).__name__}")
+        seconds = every if isinstance(every, int) else parse_duration(every, "--every")
         if not 0 < seconds <= MAX_EVERY_S:
             raise InvalidInput(f"--every must be between 1s and 366d, got {seconds} s")
         return cls(every_s=seconds, tz=tz, anchor_ms=anchor_ms)

@@ -2,38 +2,72 @@
 
 from __future__ import annotations
 
-from urllib.parse import urlparse
-
 from ..errors import ConfigError
 from .base import SchemaOptions, SchemaResult, Store, StoreMeta
 
-__all__ = ["SchemaOptions", "SchemaResult", "Store", "StoreMeta", "open_store", "sqlite_path"]
+__all__ = ["SchemaOptions", "SchemaResult", "Store", "StoreMeta", "check_store_url", "open_store",
+           "sqlite_path"]
+
+_SQLITE_FORMS = "use sqlite:///absolute/path.db or sqlite://relative/path.db"
+_FORMS = "use cassandra://HOST[,HOST][:PORT]/KEYSPACE or sqlite:///PATH"
+
+
+def _scheme(url: str) -> str:
+    return url.split(":", 1)[0].lower() if ":" in url else ""
 
 
 def sqlite_path(url: str) -> str:
-    """``sqlite:///abs/path`` -> ``/abs/path``; ``sqlite://rel/path`` -> ``rel/path``."""
-    parsed = urlparse(url)
-    path = parsed.netloc + parsed.path
-    if not path:
-        raise ConfigError(f"store URL {url!r} has no path; use sqlite:///path/to/file.db")
+    """``sqlite:///abs/path`` -> ``/abs/path``; ``sqlite://rel/path`` -> ``rel/path``.
+    ``ConfigError`` for anything else (``sqlite:/x.db`` with one slash, no path, a NUL)."""
+    scheme, sep, path = url.partition("://")
+    if scheme.lower() != "sqlite" or not sep:
+        raise ConfigError(f"store URL {url!r} is malformed: {_SQLITE_FORMS}")
+    if not path or path == "/":
+        raise ConfigError(f"store URL {url!r} has no path: {_SQLITE_FORMS}")
+    if "\x00" in path:
+        raise ConfigError(f"store URL {url!r} holds a NUL character: {_SQLITE_FORMS}")
     return path
 
 
-def open_store(url: str, **options: object) -> Store:
+def check_store_url(url: object) -> str:
+    """``url`` if it is a well-formed store URL, else ``ConfigError``; connects to
+    nothing, and raises nothing else for any value."""
+    if not isinstance(url, str) or not url.strip():
+        raise ConfigError(f"no store URL given: {_FORMS}")
+    scheme = _scheme(url)
+    if scheme == "sqlite":
+        sqlite_path(url)
+    elif scheme == "cassandra":
+        from .cconf import CassandraUrl
+
+        try:
+            cfg = CassandraUrl(url)
+        except ValueError:  # urlparse's own (an unclosed [IPv6] host, a bad port)
+            raise ConfigError(f"store URL {url!r} is malformed: {_FORMS}") from None
+        if not 0 < cfg.port < 65536 or not all(h.isprintable() and " " not in h for h in cfg.hosts):
+            raise ConfigError(f"store URL {url!r} has a bad host or port: {_FORMS}")
+        if cfg.protocol_version < 3:
+            raise ConfigError(f"store URL {url!r}: protocol_version must be 3 or more")
+    else:
+        # Never echo the URL here: an unknown scheme may be a mistyped URL holding a secret.
+        raise ConfigError(f"unknown store URL scheme {scheme + ':' if scheme else '(none)'}: {_FORMS}")
+    return url
+
+
+def open_store(url: str, *, create: bool = True, **options: object) -> Store:
     """Connect to the store named by ``url``.
+
+    ``create=False`` (every command but ``schema apply``): an embedded store whose file
+    does not exist is refused (``StoreUnavailable``) instead of created empty.
 
     Raises ``ConfigError`` for an unknown or malformed URL and ``StoreUnavailable`` when
     the store cannot be reached; nothing is written either way.
     """
-    scheme = url.split(":", 1)[0].lower() if ":" in url else ""
-    if scheme == "sqlite":
+    check_store_url(url)
+    if _scheme(url) == "sqlite":
         from .sqlite import SqliteStore
 
-        return SqliteStore(sqlite_path(url), url=url)
-    if scheme == "cassandra":
-        from .cassandra import CassandraStore
+        return SqliteStore(sqlite_path(url), url=url, create=create)
+    from .cassandra import CassandraStore
 
-        return CassandraStore(url, **options)  # type: ignore[arg-type]
-    raise ConfigError(
-        f"unknown store URL {url!r}: use cassandra://HOST[,HOST][:PORT]/KEYSPACE or sqlite:///PATH"
-    )
+    return CassandraStore(url, **options)  # type: ignore[arg-type]

@@ -63,18 +63,29 @@ def _q(name: str) -> str:
 
 
 class SqliteStore(SqliteReplays, Store):
-    def __init__(self, path: str, url: str | None = None) -> None:
+    def __init__(self, path: str, url: str | None = None, *, create: bool = True) -> None:
+        """Open the database file at ``path``, creating it when ``create`` (``schema
+        apply``); without ``create`` a missing file is ``StoreUnavailable`` and no file
+        appears (the file is opened read-write, never created: a reader racing a delete
+        cannot create it either)."""
         self.url = url or f"sqlite:///{path}"
         self.path = path
+        target: str = path
         if path != ":memory:":
-            parent = Path(path).expanduser().resolve().parent
-            if not parent.is_dir():
+            file = Path(path).expanduser().resolve()
+            if not file.parent.is_dir():
                 raise StoreUnavailable(
-                    f"cannot open {self.url}: folder {parent} does not exist; create it or fix --store"
+                    f"cannot open {self.url}: folder {file.parent} does not exist; create it or fix --store"
                 )
+            if not create:
+                if not file.is_file():
+                    raise StoreUnavailable(
+                        f"no store at {self.url}: {file} does not exist (create it with "
+                        f"`scheduler schema apply --store {self.url}`, or fix --store)")
+                target = file.as_uri() + "?mode=rw"
         try:
-            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None,
-                                       timeout=30)
+            self._db = sqlite3.connect(target, check_same_thread=False, isolation_level=None,
+                                       timeout=30, uri=target.startswith("file:"))
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
         except sqlite3.Error as exc:

@@ -81,7 +81,7 @@ def test_create_get_list_pause_resume_delete(store):
     (["--every", "5m", "--kind", "k", "--overlap", "never"], "--overlap 'never' is unknown"),
     (["--every", "5m", "--kind", "k", "--misfire", "later"], "--misfire 'later' is unknown"),
     (["--every", "5m", "--kind", "k", "--catchup-window", "soon"], "not a duration"),
-    (["--every", "5m", "--kind", "k", "--payload", "{nope"], "--payload is not JSON"),
+    (["--every", "5m", "--kind", "k", "--payload", "{nope"], "--payload is not valid JSON"),
     (["--every", "5m", "--kind", "k", "--start", "2027-01-02T00:00:00Z", "--end", "2027-01-01T00:00:00Z"],
      "must be after --start"),
 ])
