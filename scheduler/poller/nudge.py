@@ -198,7 +198,7 @@ class Nudges:
                 except ValueError as exc:
                     self._reject(source, str(exc))
                 except Exception as exc:  # decode promises ValueError: a bug, not the sender's
-                    self._reject(source, "decoding failed", exc)
+                    self._reject(source, "decoding it", exc)
                 if n == MAX_BATCH:  # the rest waits in the socket for the next batch
                     break
                 try:
@@ -223,7 +223,7 @@ class Nudges:
                 try:
                     self.apply(entries)  # rows taken by the first try are not taken twice
                 except Exception as exc:
-                    self._reject(source, "applying it failed", exc)
+                    self._reject(source, "applying it", exc)
 
     def _reject(self, source: Any, reason: str, exc: Exception | None = None) -> None:
         """Count a datagram that was not a valid nudge, or that raised: the first is
