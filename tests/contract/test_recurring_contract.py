@@ -117,17 +117,28 @@ def test_update_supersedes_and_delete_stops_and_recreate_starts_fresh(rstore, ma
     assert any(at > deleted_at + 20_000 for s, _, at in calls.fired if s == "u")
 
 
-def test_the_dispatchers_decisions_are_used_only_while_fresh(rstore, make_client):
+def test_the_dispatchers_decisions_are_used_only_while_fresh(rstore, make_client, monkeypatch):
     """``pregate`` reads the schedules of everything released at once; a worker uses
     that decision for DECISION_FRESH_S after its read began, once, and reads again
     after it. A change through the API waits that long, so none made before it is used
-    once it returned."""
+    once it returned.
+
+    The decisions' age is read from a clock the test holds (how long the store takes
+    to write a change behind the API's back is no part of it); the last step runs on
+    the real clock, where the API's wait is what makes the decision stale."""
     import time
     from dataclasses import replace
 
+    import scheduler.poller.occurrences as occurrences
     from scheduler.recurring.chain import DECISION_FRESH_S
     from scheduler.recurring.schedule import State
 
+    held: list[float] = [1000.0]
+
+    def monotonic() -> float:
+        return held[0] if held else time.monotonic()
+
+    monkeypatch.setattr(occurrences, "time", type("HeldTime", (), {"monotonic": staticmethod(monotonic)}))
     _, client, _, poller = setup(rstore, make_client)
     s = client.recurring.create("g", kind="tick", every="5s")
     job = client.run(writes.place(client.producer, s, s.rule.anchor_ms))
@@ -139,8 +150,9 @@ def test_the_dispatchers_decisions_are_used_only_while_fresh(rstore, make_client
     assert occ.gate([job])[job.job_id].error == "skipped: paused", "and only once"
     occ.pregate([job])
     assert rstore.replace_schedule(s, s.version)
-    time.sleep(DECISION_FRESH_S * 1.5)
+    held[0] += DECISION_FRESH_S * 1.01
     assert occ.gate([job]) == {}, "a stale one is read again"
+    held.clear()  # the real clock from here on
     occ.pregate([job])
     client.recurring.pause("g")
     assert occ.gate([job])[job.job_id].error == "skipped: paused", "the API waited it out"

@@ -186,21 +186,58 @@ def test_more_hung_threads_than_the_cap_fail_the_poller():
 # --- recorder ---------------------------------------------------------------------------
 
 
-def test_the_recorder_lingers_only_while_jobs_are_running():
+class CountingEvent(threading.Event):
+    """``core.stopped`` counting its ``wait`` calls: each is one turn of linger's loop."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits = 0
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits += 1
+        return super().wait(timeout)
+
+
+def test_the_recorder_lingers_only_while_jobs_are_running(monkeypatch):
+    """Causes, not durations: linger's clock is frozen, so it can only return because
+    nothing is running, because the running job finished, because enough outcomes are
+    waiting, or because its clock passed the deadline; and while a job runs it goes on
+    waiting (it has turned its loop and not returned)."""
+    import scheduler.poller.recorder as recorder_module
+
+    mono = [1000.0]
+    monkeypatch.setattr(recorder_module, "time", type("FrozenTime", (), {"monotonic": lambda: mono[0]}))
     c = core()
+    stopped = c.stopped = CountingEvent()
     rec = Recorder(c)
-    t0 = time.monotonic()
-    rec.linger(0.5)
-    assert time.monotonic() - t0 < 0.05, "nothing running: nothing to wait for"
-    c.flight.dispatched = 1  # one job running
-    t0 = time.monotonic()
-    rec.linger(0.15)
-    assert 0.14 <= time.monotonic() - t0 < 0.5
-    for i in range(LINGER_BELOW):
-        c.outcomes.put([Outcome(job(i), True)])
-    t0 = time.monotonic()
-    rec.linger(0.5)
-    assert time.monotonic() - t0 < 0.05, "enough outcomes waiting: write them now"
+    first = threading.Thread(target=rec.linger, args=(1.0,), daemon=True)
+    first.start()
+    wait_until(lambda: not first.is_alive())
+    assert stopped.waits == 0, "nothing running: nothing to wait for"
+
+    def linger_until(cause: Callable[[], None]) -> None:
+        c.flight.dispatched += 1  # one job running
+        t = threading.Thread(target=rec.linger, args=(1.0,), daemon=True)
+        turns = stopped.waits
+        t.start()
+        wait_until(lambda: stopped.waits >= turns + 3)
+        assert t.is_alive(), "a job is running: it waits for more outcomes"
+        cause()
+        wait_until(lambda: not t.is_alive())
+
+    def finish() -> None:
+        c.flight.finished[0] += 1
+
+    def pass_deadline() -> None:
+        mono[0] += 1.0
+
+    def enough_waiting() -> None:
+        for i in range(LINGER_BELOW):
+            c.outcomes.put([Outcome(job(i), True)])
+
+    linger_until(finish)
+    linger_until(pass_deadline)
+    linger_until(enough_waiting)
 
 
 def test_the_recorder_keeps_outcomes_when_the_store_fails():
