@@ -48,10 +48,10 @@ def secret_files() -> dict[str, Path]:
 
 
 def key_lines(pem: str) -> list[str]:
-    """Four lines of a PEM key's base64 body (the first three and a middle one): any
-    printed part of a key holds one of them."""
-    body = [line for line in pem.splitlines() if line and not line.startswith("-----")]
-    return body[:3] + body[len(body) // 2:len(body) // 2 + 1]
+    """Every base64 line of the private key in ``pem``: any printed part of a key that
+    is a line long holds one of them."""
+    body = pem.split("PRIVATE KEY-----", 1)[1].split("-----END", 1)[0]
+    return [line.strip() for line in body.splitlines() if line.strip()]
 
 
 def server_key() -> str:

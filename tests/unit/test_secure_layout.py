@@ -71,16 +71,15 @@ def test_each_role_folder_holds_only_that_roles_files(secure: Path, where: str):
         expected = EXPECTED[role] - ({"zk-readers.id"} if where != "roles" else set())
         assert names == expected, (role, names ^ expected)
         text = "\n".join(p.read_text() for p in folder.iterdir())
-        for holder, values in owned.items():
-            if holder != role:
-                assert not [v for v in values if v in text], f"{where}/{role} holds a secret of {holder}"
+        others = [holder for holder, values in owned.items()
+                  if holder != role and any(v in text for v in values)]
+        assert not others, f"{where}/{role} holds secrets of {others}"
     # The exporter's (reader's) folder in particular: no admin password, no server keystore,
     # no keystore password, no CA key.
     reader = secure / where / "reader"
     assert not list(reader.glob("*.p12")) and not list(reader.glob("admin*"))
     text = "\n".join(p.read_text() for p in reader.iterdir())
-    for secret in owned["admin"] | owned["server"] | owned["ca"]:
-        assert secret not in text
+    assert not any(secret in text for secret in owned["admin"] | owned["server"] | owned["ca"])
 
 
 def x509_text(pem: Path) -> str:
@@ -201,6 +200,6 @@ def test_each_compose_service_mounts_only_its_own_folder(secure: Path):
             assert svc["env_file"] == [f".data/secure/compose/{role}.env"]
             assert svc["environment"]["SCHEDULER_STORE"].startswith(f"cassandra://{role}@")
             env = (secure / svc["env_file"][0].removeprefix(".data/secure/")).read_text()
-            paths = re.findall(r"=(/secure/\S+)", env)
-            assert paths and all(p.startswith(f"/secure/roles/{role}/") for p in paths), paths
-            assert all((secure / "compose" / p.removeprefix("/secure/")).is_file() for p in paths)
+            named = re.findall(r"=(/secure/\S+)", env)
+            assert named and all(p.startswith(f"/secure/roles/{role}/") for p in named), named
+            assert all((secure / "compose" / p.removeprefix("/secure/")).is_file() for p in named)
