@@ -77,7 +77,8 @@ def cql(name: str, **fill: str) -> str:
     text = queries.named("roles.cql")[name]
     for key, value in fill.items():
         if not value.replace("_", "").isalnum():  # identifiers and generated hex only
-            raise SystemExit(f"refusing to put {key}={value!r} into CQL")
+            # (Never the value: it may be a password.)
+            raise SystemExit(f"refusing to put the {key} into CQL: only letters, digits and _ are allowed")
         text = text.replace("{" + key + "}", value)
     return text
 

@@ -98,3 +98,20 @@ def test_readers_get_read_only_acls_and_a_password_is_refused_as_a_reader_id():
     with pytest.raises(ConfigError, match="not a digest id") as err:
         zookeeper_security({"SCHEDULER_ZK_READERS": "reader:plain-password"})
     assert "plain-password" not in str(err.value)
+
+
+def test_the_role_setup_refuses_a_bad_password_without_echoing_it():
+    """ops/secure_setup.py fills passwords into role statements; one that is not plain
+    hex is refused, and the refusal names the field, never the value."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "ops" / "secure_setup.py"
+    spec = importlib.util.spec_from_file_location("secure_setup", path)
+    assert spec is not None and spec.loader is not None
+    setup = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(setup)
+    assert "'0123abcd0123abcd'" in setup.cql("set_password", role="app", password="0123abcd0123abcd")
+    with pytest.raises(SystemExit) as err:
+        setup.cql("set_password", role="app", password="leaked-pass'word-value")
+    assert "password" in str(err.value) and "leaked" not in str(err.value)
