@@ -6,4 +6,6 @@ COPY cql ./cql
 RUN pip install --no-cache-dir ".[console]"
 # The secured override's `schema` service creates the roles with it.
 COPY ops/secure_setup.py ./ops/
+# No USER: the secured override mounts each role's folder as the host made it (files
+# 0600, owned by whoever ran ops/secure-stack compose-files), which root reads.
 ENTRYPOINT []
