@@ -14,7 +14,7 @@ import pytest
 
 from scheduler import Client
 from scheduler.clock import SystemClock
-from scheduler.store import SchemaOptions, open_store
+from scheduler.store import SchemaOptions, Store, open_store
 from tests.conftest import ZOOKEEPER_HOSTS, cassandra_url
 from tests.handlers import read_records
 from tests.procs import ROOT, schedule, start_poller, wait_until
@@ -36,6 +36,21 @@ def fleet_env(cassandra_keyspace, zk_root, tmp_path):
     store.close()
 
 
+def owned(store: Store, name: str) -> set[int]:
+    """The shards whose checkpoint row names ``name`` as owner (a claim writes it)."""
+    return {c.shard for c in store.checkpoints() if c.owner == name}
+
+
+def serving(store: Store, out: Path, name: str, proc: subprocess.Popen[bytes]) -> bool:
+    """Whether poller ``name`` (process ``proc``) owns shards and has fired a job."""
+    return bool(owned(store, name)) and any(r.pid == proc.pid for r in read_records(str(out)))
+
+
+def poller(url: str, out: Path, zk: str, name: str) -> subprocess.Popen[bytes]:
+    """A fleet member named ``name`` (its checkpoint rows say so), 4 s session timeout."""
+    return start_poller(url, out, "--coordinator", zk, "--session-timeout", "4", "--name", name)
+
+
 def check(records, due: dict[str, int]) -> Counter[str]:
     counts = Counter(r.job_id for r in records)
     missing = set(due) - set(counts)
@@ -46,21 +61,32 @@ def check(records, due: dict[str, int]) -> Counter[str]:
 
 
 def test_join_leave_and_kill_9_while_firing(fleet_env):
+    """Each fault waits for the state it needs: the poller that leaves or is killed owns
+    shards and has fired jobs from them, and a joiner got shards before anyone leaves."""
     url, client, out, zk, procs = fleet_env
-    due = schedule(client, 600, 24, lead_s=6)
-    procs += [start_poller(url, out, "--coordinator", zk, "--session-timeout", "4") for _ in range(2)]
-    time.sleep(6)
-    procs.append(start_poller(url, out, "--coordinator", zk, "--session-timeout", "4"))  # join
-    time.sleep(6)
+    store = client.store
+    due = schedule(client, 600, 30, lead_s=6)
+    procs += [poller(url, out, zk, "p0"), poller(url, out, zk, "p1")]
+    wait_until(lambda: serving(store, out, "p0", procs[0]) and serving(store, out, "p1", procs[1]), 60,
+               "both pollers owning shards and firing")
+    procs.append(poller(url, out, zk, "p2"))  # join
+    wait_until(lambda: bool(owned(store, "p2")), 60, "the joiner owning shards")
+    assert owned(store, "p0"), "the poller about to leave owns shards"
     procs[0].send_signal(signal.SIGTERM)  # planned leave
     assert procs[0].wait(timeout=30) == 0
-    time.sleep(4)
+    wait_until(lambda: not owned(store, "p0") and serving(store, out, "p1", procs[1]), 60,
+               "p0's shards released, p1 owning shards and firing")
+    victim = owned(store, "p1")
     killed_at = time.time() * 1000
     procs[1].kill()  # crash
     procs[1].wait()
+    assert victim, "the killed poller owned shards"
     wait_until(lambda: set(due) <= {r.job_id for r in read_records(str(out))}, 60, "every job")
+    wait_until(lambda: not owned(store, "p1"), 30, "the killed poller's shards taken over")
     records = read_records(str(out))
     counts = check(records, due)
+    assert any(r.fired_ms > killed_at and r.pid == procs[2].pid for r in records), \
+        "jobs were still firing after the kill"
     dups = {j for j, c in counts.items() if c > 1}
     # Only jobs the killed poller fired just before dying (not yet recorded) may repeat.
     recent = {r.job_id for r in records if r.pid == procs[1].pid and r.fired_ms >= killed_at - 3000}
@@ -69,12 +95,18 @@ def test_join_leave_and_kill_9_while_firing(fleet_env):
 
 def test_a_frozen_poller_is_fenced_and_fires_nothing_after_resuming(fleet_env):
     url, client, out, zk, procs = fleet_env
+    store = client.store
     due = schedule(client, 400, 30, lead_s=6)
-    procs += [start_poller(url, out, "--coordinator", zk, "--session-timeout", "4") for _ in range(2)]
-    wait_until(lambda: len({r.pid for r in read_records(str(out))}) == 2, 40, "both pollers firing")
+    procs += [poller(url, out, zk, "frozen"), poller(url, out, zk, "other")]
+    wait_until(lambda: serving(store, out, "frozen", procs[0]) and serving(store, out, "other", procs[1]),
+               60, "both pollers owning shards and firing")
     frozen = procs[0]
+    assert owned(store, "frozen"), "the poller to freeze owns shards"
     frozen.send_signal(signal.SIGSTOP)
-    time.sleep(10)  # well past the 4 s session timeout: the other poller takes over
+    # Its session expires (4 s) and the other poller claims every shard, the frozen
+    # one's with a newer epoch: only then is there a fence for it to run into.
+    every = set(range(8))
+    wait_until(lambda: owned(store, "other") == every, 60, "the other poller owning every shard")
     resumed_at = time.time() * 1000
     frozen.send_signal(signal.SIGCONT)
     wait_until(lambda: set(due) <= {r.job_id for r in read_records(str(out))}, 60, "every job")
@@ -109,7 +141,10 @@ def test_zookeeper_leader_dies_while_firing(cassandra_keyspace, tmp_path):
 
     try:
         due = schedule(client, 400, 20, lead_s=6)
-        time.sleep(8)
+        pids = {p.pid for p in procs}
+        wait_until(lambda: len({c.owner for c in store.checkpoints() if c.owner}) == 2
+                   and pids <= {r.pid for r in read_records(str(out))}, 60,
+                   "both pollers owning shards and firing")
         killed = subprocess.run([str(ops), "--nodes", "3", "kill-leader"], capture_output=True, text=True)
         assert killed.returncode == 0, killed.stderr
         wait_until(supervise, 90, "every job")
