@@ -5,6 +5,12 @@ Each test runs on both stores. The store is filled by a short ``scheduler demo``
 plus dead letters and a recurring schedule; a ``scheduler run`` poller owns the shards
 and ``scheduler console --allow-actions`` serves it. Screenshots of every page go to
 ``.data/artifacts/console`` (``$SCHEDULER_TEST_ARTIFACTS`` to change it).
+
+The last test writes jobs, dead letters and schedules whose ids are attacks (quotes that
+would close a JavaScript string, ``<script>``, ``</script>``, an ``onerror`` image), signs
+in and clicks every action button on the pages that show them: each confirmation shows
+the id as text, no script of the attacker runs (``window.__pwned`` stays unset, no
+unexpected dialog), and the browser reports no Content-Security-Policy violation.
 """
 
 from __future__ import annotations
@@ -107,6 +113,7 @@ def browser() -> Iterator[Any]:
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1000",
                 "--disable-gpu"):
         opts.add_argument(arg)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # CSP violations are logged there
     driver = webdriver.Chrome(service=Service(driver_path), options=opts)
     driver.set_page_load_timeout(30)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -122,6 +129,26 @@ def _errors(browser: Any) -> list[str]:
 
 def _shot(browser: Any, name: str) -> None:
     browser.save_screenshot(str(ARTIFACTS / f"{name}.png"))
+
+
+def _csp_violations(browser: Any) -> list[str]:
+    """The browser's log lines since the last call that report a refused script, style
+    or frame (Chrome logs each Content-Security-Policy violation there)."""
+    return [e["message"] for e in browser.get_log("browser")
+            if "Content Security Policy" in e["message"] or "Refused to" in e["message"]]
+
+
+def _sign_in(console: Console, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.delete_all_cookies()
+    browser.get(console.url + "/login")
+    browser.find_element(By.NAME, "who").send_keys("alice")
+    browser.find_element(By.NAME, "token").send_keys(TOKEN)
+    browser.find_element(By.CSS_SELECTOR, "#login button").click()
+    WebDriverWait(browser, 10).until(ec.text_to_be_present_in_element((By.ID, "who"), "alice"))
 
 
 def test_every_page_loads_and_the_fleet_page_refreshes_itself(console: Console, browser: Any):
@@ -143,6 +170,8 @@ def test_every_page_loads_and_the_fleet_page_refreshes_itself(console: Console, 
     assert browser.find_element(By.CSS_SELECTOR, "#fleet-live .meta").text != first
     assert "nobody" not in browser.find_element(By.ID, "pollers").text  # the poller owns every shard
     _shot(browser, "fleet" + console.suffix)
+    # htmx and the console's script work under the CSP: nothing of ours was refused.
+    assert _csp_violations(browser) == []
 
 
 def test_actions_are_refused_without_the_token(console: Console, browser: Any):
@@ -177,23 +206,142 @@ def test_a_replay_through_the_form_reaches_the_store(console: Console, browser: 
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
-    browser.get(console.url + "/login")
-    browser.find_element(By.NAME, "who").send_keys("alice")
-    browser.find_element(By.NAME, "token").send_keys(TOKEN)
-    browser.find_element(By.CSS_SELECTOR, "#login button").click()
-    WebDriverWait(browser, 10).until(ec.text_to_be_present_in_element((By.ID, "who"), "alice"))
+    _sign_in(console, browser)
     browser.get(console.url + "/dead?kind=payment")
     browser.find_element(By.ID, "tick-d1").click()
     browser.find_element(By.ID, "replay-button").click()
     WebDriverWait(browser, 5).until(ec.alert_is_present())
     browser.switch_to.alert.accept()  # the confirmation a destructive action asks for
     WebDriverWait(browser, 10).until(ec.presence_of_element_located((By.ID, "done")))
-    assert "replayed 1 jobs: d1" in browser.find_element(By.ID, "done").text
+    assert browser.find_element(By.ID, "done").text == "Replayed 1 dead letters: they fire again now."
     _shot(browser, "replayed" + console.suffix)
     store = open_store(console.store_url)
     try:
         assert {d.job_id for d in store.dead_letters()} == {"d0", "d2", "d3"}
         replayed = store.get("d1")
         assert replayed is not None and replayed.status is Status.PENDING and replayed.attempts == 0
+    finally:
+        store.close()
+
+
+def _untouched(browser: Any, where: str) -> None:
+    """No script of an attacker ran on this page: no dialog is open (execute_script
+    would raise UnexpectedAlertPresentException), ``window.__pwned`` is unset and the
+    title is the console's."""
+    pwned, title = browser.execute_script("return [window.__pwned === undefined ? null : "
+                                          "String(window.__pwned), document.title]")
+    assert pwned is None, (where, pwned)
+    assert title.endswith("· scheduler console"), (where, title)
+
+
+def _confirm(browser: Any, question: str) -> None:
+    """Accept the one dialog the click opened, after checking it is our question with the
+    id as plain text (an attacker's alert() would come first, with other text)."""
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(browser, 5).until(ec.alert_is_present())
+    alert = browser.switch_to.alert
+    assert alert.text == question
+    alert.accept()
+
+
+def _done(browser: Any, text: str, where: str) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(browser, 10).until(ec.presence_of_element_located((By.ID, "done")))
+    assert browser.find_element(By.ID, "done").text == text, where
+    _untouched(browser, where)
+
+
+def test_hostile_ids_run_no_script_when_every_action_is_clicked(console: Console, browser: Any):
+    from urllib.parse import quote
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from tests.unit.test_console_hostile import HOSTILE
+
+    store = open_store(console.store_url)
+    client = Client(store)
+    try:
+        soon = datetime.now(UTC) + timedelta(hours=1)
+        for h in HOSTILE:
+            client.schedule(f"c{h}", soon, "email", {"note": h})
+            client.schedule(f"x{h}", soon, "email")
+            store.record_dead(client.get(f"x{h}"), f"error {h}", client.clock.now_ms())
+            client.recurring.create(f"s{h}", kind="refresh", every="1h")
+        first = client.get(f"c{HOSTILE[0]}")
+    finally:
+        client.close()
+        store.close()
+    _sign_in(console, browser)
+    _csp_violations(browser)  # from here on: none at all
+
+    # Every page that shows the ids, as a signed-in operator sees it (with its forms).
+    for name, path in [("fleet", "/fleet"), ("bucket", f"/buckets?at={first.bucket}&shard={first.shard}"),
+                       ("job", f"/jobs?id={quote(first.job_id)}"), ("schedules", "/schedules"),
+                       ("dead", "/dead"), ("audit", "/audit?run=1")]:
+        browser.get(console.url + path)
+        _untouched(browser, name)
+        assert not _errors(browser), (name, _errors(browser))
+        _shot(browser, f"hostile-{name}{console.suffix}")
+    browser.get(console.url + "/dead")
+    assert f"error {HOSTILE[2]}" in browser.find_element(By.ID, "dead").text  # shown as text
+
+    # Cancel: on each job's page.
+    for h in HOSTILE:
+        browser.get(console.url + f"/jobs?id={quote('c' + h)}")
+        _untouched(browser, f"job c{h}")
+        browser.find_element(By.ID, "cancel-button").click()
+        _confirm(browser, f"Cancel job c{h}? It will not fire.")
+        _done(browser, "Cancelled the job: it will not fire.", f"cancel c{h}")
+
+    # Replay: every hostile dead letter ticked at once.
+    browser.get(console.url + "/dead")
+    ticks = [t for t in browser.find_elements(By.CSS_SELECTOR, "input[type=checkbox]")
+             if (t.get_attribute("value") or "").startswith("x")]
+    assert len(ticks) == len(HOSTILE)
+    for tick in ticks:
+        tick.click()
+    browser.find_element(By.ID, "replay-button").click()
+    _confirm(browser, "Replay the ticked dead letters? They fire again now.")
+    _done(browser, f"Replayed {len(HOSTILE)} dead letters: they fire again now.", "replay")
+
+    # Pause, then resume, each hostile schedule.
+    for verb, banner in [("pause", "Paused the schedule."), ("resume", "Resumed the schedule.")]:
+        for h in HOSTILE:
+            browser.get(console.url + "/schedules")
+            form = next(f for f in browser.find_elements(By.CSS_SELECTOR, f"form[action='/schedules/{verb}']")
+                        if f.find_element(By.NAME, "schedule_id").get_attribute("value") == f"s{h}")
+            form.find_element(By.TAG_NAME, "button").click()
+            _confirm(browser, f"{verb.capitalize()} schedule s{h}?")
+            _done(browser, banner, f"{verb} s{h}")
+
+    # The audit page: run it, then re-fire its window.
+    browser.get(console.url + "/audit")
+    browser.find_element(By.ID, "audit-button").click()
+    _untouched(browser, "audit run")
+    browser.find_element(By.ID, "refire-button").click()
+    _confirm(browser, "Send again every job that fired in this window?")
+    WebDriverWait(browser, 30).until(ec.presence_of_element_located((By.ID, "done")))
+    assert browser.find_element(By.ID, "done").text.startswith("Re-fired ")
+    _untouched(browser, "refire")
+
+    # Sign out: the session ends (the next action is refused).
+    browser.find_element(By.ID, "logout-button").click()
+    _done(browser, "Signed out: that session is over.", "sign out")
+    assert not browser.find_elements(By.ID, "logout-button")
+    assert _csp_violations(browser) == []
+
+    store = open_store(console.store_url)
+    try:
+        assert all(store.get(f"c{h}").status is Status.CANCELLED for h in HOSTILE)  # type: ignore[union-attr]
+        assert not {d.job_id for d in store.dead_letters()} & {f"x{h}" for h in HOSTILE}
+        states = {s.schedule_id: str(s.state) for s in store.list_schedules()}
+        assert all(states[f"s{h}"] == "active" for h in HOSTILE)
     finally:
         store.close()
