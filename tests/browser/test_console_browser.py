@@ -16,6 +16,7 @@ unexpected dialog), and the browser reports no Content-Security-Policy violation
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -242,7 +243,9 @@ def _confirm(browser: Any, question: str) -> None:
 
     WebDriverWait(browser, 5).until(ec.alert_is_present())
     alert = browser.switch_to.alert
-    assert alert.text == question
+    # static/console.js shows bidirectional-text controls as escapes.
+    assert alert.text == re.sub("[\u200e\u200f\u202a-\u202e\u2066-\u2069]",
+                                lambda m: f"\\u{ord(m.group()):04x}", question)
     alert.accept()
 
 
