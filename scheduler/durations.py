@@ -65,4 +65,4 @@ def format_seconds(value: float) -> str:
             if whole and whole % UNITS[unit] == 0:
                 return f"{whole // UNITS[unit]}{unit}"
         return f"{whole}s"
-    return f"{value:g}s"
+    return f"{value:.9f}".rstrip("0").rstrip(".") + "s"  # never an exponent: the syntax has none

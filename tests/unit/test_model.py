@@ -59,3 +59,38 @@ def test_parse_time(text):
 def test_parse_time_errors(text):
     with pytest.raises(InvalidInput):
         parse_time(text)
+
+
+@pytest.mark.parametrize("text", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-23:59",
+                                  "1969-12-31T23:59:59Z", "9999-12-31T00:00:01Z"])
+def test_parse_time_refuses_instants_that_do_not_convert(text):
+    # Accepted before, they raised ValueError or OverflowError later (from_ms, astimezone).
+    with pytest.raises(InvalidInput, match="out of range"):
+        parse_time(text)
+
+
+def test_parse_time_quotes_at_most_64_characters():
+    with pytest.raises(InvalidInput) as err:
+        parse_time("x" * 10_000)
+    assert len(str(err.value)) < 200
+
+
+@pytest.mark.parametrize("line, message", [
+    ("[" * 100_000, "nested too deeply"),
+    ('{"id": NaN}', "NaN is not JSON"),
+    ("Infinity", "Infinity is not JSON"),
+    ("1" * 5000, "not valid JSON"),
+])
+def test_loads_refuses_what_is_not_strict_json(line, message):
+    from scheduler.jobspec import loads
+
+    with pytest.raises(InvalidInput, match=message):
+        loads(line, "f:1")
+
+
+@pytest.mark.parametrize("jitter", [True, 10**400, "5", None])
+def test_a_load_record_refuses_a_jitter_that_is_not_a_number(jitter):
+    from scheduler.jobspec import spec_from_dict
+
+    with pytest.raises(InvalidInput, match="jitter"):
+        spec_from_dict({"id": "a", "at": "2030-01-01T00:00:00Z", "kind": "k", "jitter": jitter}, 0)

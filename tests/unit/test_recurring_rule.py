@@ -106,3 +106,20 @@ def test_bad_rules_say_what_is_wrong(kwargs, message):
 def test_durations():
     assert [parse_duration(x) for x in ("90s", "5m", "12h", "7d")] == [90, 300, 43200, 604800]
     assert parse_duration("0s", allow_zero=True) == 0
+
+
+def test_durations_share_the_syntax_of_every_flag():
+    assert parse_duration("90") == 90 and parse_duration(" 2d ") == 172_800
+    for bad in ("1.5m", "-5s", "1e3", "nan", "5 minutes"):
+        with pytest.raises(InvalidInput, match="not a duration"):
+            parse_duration(bad, "--every")
+
+
+@pytest.mark.parametrize("value", [True, 1.5, -1, None])
+def test_a_duration_given_as_a_number_must_be_whole_seconds(value):
+    from scheduler.recurring.api import _seconds
+
+    with pytest.raises(InvalidInput):
+        _seconds(value, "--jitter", allow_zero=True)
+    with pytest.raises(InvalidInput, match="--every"):
+        Rule.parse(every=value if value is not None else True)

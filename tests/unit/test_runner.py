@@ -46,3 +46,32 @@ def test_stop_exits_0(tmp_path):
     code = run_poller(lambda job: None, store=url, shards=[0, 1], metrics_address="off",
                       install_signals=False, stop=stop, announce=lines.append)
     assert code == EXIT_OK and "polling shards 0-1 of" in lines[0]
+
+
+def test_fixed_shards_that_do_not_exist_are_refused(tmp_path):
+    import pytest
+
+    from scheduler.errors import InvalidInput
+
+    url = _store(tmp_path)  # 2 shards
+    with pytest.raises(InvalidInput, match="shards 2-4,9 do not exist"):
+        run_poller(lambda job: None, store=url, shards=[0, 2, 3, 4, 9], metrics_address="off",
+                   install_signals=False)
+
+
+def test_app_handler_refuses_retry_settings_it_would_ignore_or_misread():
+    import pytest
+
+    from scheduler import App
+    from scheduler.errors import InvalidInput
+
+    app = App()
+    for bad in ({"max_attempts": 0}, {"max_attempts": -1}, {"max_attempts": True}, {"max_attempts": 2.5},
+                {"backoff_base_s": 0}, {"backoff_cap_s": float("nan")}, {"backoff_base_s": float("inf")}):
+        with pytest.raises(InvalidInput) as err:
+            app.handler("k", **bad)
+        assert isinstance(err.value, ValueError)
+    with pytest.raises(InvalidInput, match="not a short identifier"):
+        app.handler("no spaces allowed")
+    app.handler("k", max_attempts=1)(lambda job: None)
+    assert app.routes["k"].policy.max_attempts == 1  # one attempt, no retry: not the default 5
