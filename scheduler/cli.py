@@ -6,6 +6,7 @@ docs/CLI.md, kept for every command by ``cli_common.ContractGroup``.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -220,6 +221,10 @@ def run(
     with errors():
         if concurrency < 1:
             raise InvalidInput(f"--concurrency {concurrency} must be at least 1")
+        for flag, rate in (("--max-rate", max_rate), ("--max-shard-rate", max_shard_rate)):
+            if rate is not None and not 0 < rate < math.inf:  # nan fails both comparisons
+                raise InvalidInput(f"{flag} {rate} must be a number of jobs per second > 0 "
+                                   "(leave it out for no limit)")
         interval_s = duration(poll_interval, "--poll-interval", allow_zero=False)
         session_s = duration(session_timeout, "--session-timeout", allow_zero=False)
         release_s = duration(store_failure_release, "--store-failure-release")

@@ -256,6 +256,19 @@ def test_version(capsys):
     assert code == 0 and out == f"scheduler {__version__}\n" and err == ""
 
 
+def test_version_without_an_installed_distribution(monkeypatch):
+    import importlib.metadata
+
+    from scheduler import __version__
+    from scheduler.cli_common import version
+
+    def missing(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", missing)
+    assert version() == __version__
+
+
 def test_an_unexpected_error_is_one_line_and_the_traceback_only_on_request(capsys, monkeypatch):
     import scheduler.cli_common as common
 
@@ -284,6 +297,8 @@ def test_ctrl_c_exits_130(capsys, monkeypatch):
 @pytest.mark.parametrize("args,says", [
     (["lag", "--top", "-1"], "--top -1 must be at least 1"),
     (["lag", "--top", "0"], "--top 0 must be at least 1"),
+    (["run", "--max-rate", "nan", "--shards", "0", *EXTRA[("run",)]], "--max-rate nan must be"),
+    (["run", "--max-shard-rate", "-1", "--shards", "0", *EXTRA[("run",)]], "--max-shard-rate -1.0 must be"),
     (["cancel", "nope"], "no pending job 'nope' to cancel"),
     (["schema", "apply", "--shards", "32"], "--shards 32 applies only to a new store"),
     (["schema", "apply", "--bucket-width", "10"], "--bucket-width 10 applies only to a new store"),
