@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .cli_common import DURATION, TIME, JsonOpt, StoreOpt, app, client_for, emit, errors, parse_at
+from .cli_common import DURATION, TIME, JsonOpt, StoreOpt, app, client_for, emit, errors, fail, parse_at
 from .errors import InvalidInput
 
 recurring_app = typer.Typer(no_args_is_help=True, help="Recurring schedules: cron or intervals.")
@@ -215,8 +215,9 @@ def check(
                                                           "the next time after now.")] = False,
     store: StoreOpt = None, as_json: JsonOpt = False,
 ) -> None:
-    """Schedules whose chain of occurrences broke (nothing would fire again); exit 1
-    when there are some and --repair was not given."""
+    """Schedules whose chain of occurrences broke (nothing would fire again); exit 1,
+    with the report on stdout and one error line, when there are some and --repair was
+    not given."""
     with errors():
         client = client_for(store)
         try:
@@ -227,4 +228,5 @@ def check(
          lambda: typer.echo(f"{len(broken)} broken chains{' (repaired)' if repair else ''}"
                             + "".join(f"\n  {b}" for b in broken)))
     if broken and not repair:
-        raise typer.Exit(1)
+        fail(f"{len(broken)} recurring schedules will never fire again (restart them with "
+             "`scheduler recurring check --repair`)")

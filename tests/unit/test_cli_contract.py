@@ -335,3 +335,29 @@ def test_the_real_streams(tmp_path):
     assert "╭" not in usage.stderr  # click's plain message, not a panel
     version = run_real("--version")
     assert version.returncode == 0 and version.stdout.startswith("scheduler ")
+
+
+def test_recurring_check_prints_its_report_and_one_error_line(tmp_path, capsys):
+    import json
+    from datetime import UTC, datetime, timedelta
+
+    from scheduler import Client
+    from scheduler.clock import FakeClock
+    from scheduler.keys import to_ms
+    from scheduler.recurring.chain import GRACE_MS
+    from scheduler.recurring.schedule import occurrence_id
+
+    url = f"sqlite:///{tmp_path}/r.db"
+    assert ROOT.main(["schema", "apply", "--store", url], "scheduler", standalone_mode=False) == 0
+    start = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
+    # Created long enough ago to be judged (a fresh schedule's first write may be on its way).
+    with Client(url, clock=FakeClock(to_ms(datetime.now(UTC)) - 2 * GRACE_MS)) as client:
+        client.recurring.create("b", kind="tick", every="1h", start=start)
+    db = sqlite3.connect(url.removeprefix("sqlite:///"))
+    with db:  # lose its only stored occurrence (a partial restore): nothing would fire again
+        db.execute("DELETE FROM jobs WHERE job_id = ?", (occurrence_id("b", 1, to_ms(start)),))
+    db.close()
+    capsys.readouterr()
+    code, out, err = invoke(capsys, ["recurring", "check", "--json", "--store", url])
+    assert code == 1 and json.loads(out)["broken"] == ["b"]
+    assert err.startswith("error: 1 recurring schedules will never fire again") and err.count("\n") == 1
