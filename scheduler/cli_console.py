@@ -19,7 +19,7 @@ from typing import Annotated
 
 import typer
 
-from .cli_common import StoreOpt, app, client_for, errors, fail
+from .cli_common import DURATION, StoreOpt, app, client_for, duration, errors, fail
 from .cli_ops import CoordOpt
 from .errors import ConfigError, InvalidInput
 from .security import is_loopback
@@ -31,8 +31,9 @@ def console(
     allow_actions: Annotated[bool, typer.Option(
         "--allow-actions", help="Allow replay, cancel, pause/resume and re-fire, to people who sign "
                                 "in with SCHEDULER_CONSOLE_TOKEN(_FILE). Off: read-only.")] = False,
-    sample_interval: Annotated[float, typer.Option(
-        help="Seconds between reads of lag and owners for the fleet page.")] = 30.0,
+    sample_interval: Annotated[str, typer.Option(
+        metavar=DURATION, help="Time between reads of lag and owners for the fleet page (at least 1s).")
+    ] = "30s",
     tls_cert: Annotated[Path | None, typer.Option(
         help="Serve HTTPS with this PEM certificate (chain); needs --tls-key.")] = None,
     tls_key: Annotated[Path | None, typer.Option(help="The PEM private key of --tls-cert.")] = None,
@@ -57,7 +58,8 @@ def console(
             raise ConfigError(f"the console needs its extra ({exc.name} is missing): "
                               "pip install 'scheduler[console]'") from None
         host, port = parse_address(address)
-        if sample_interval < 1:
+        interval_s = duration(sample_interval, "--sample-interval")
+        if interval_s < 1:
             raise InvalidInput("--sample-interval must be at least 1 second")
         check_tls(tls_cert, tls_key)
         token = console_token()
@@ -71,7 +73,7 @@ def console(
         except BaseException:
             sock.close()
             raise
-        fleet = Fleet(client, lambda: read_fleet(url), sample_interval)
+        fleet = Fleet(client, lambda: read_fleet(url), interval_s)
         fleet.start()
     mode = "actions on for signed-in users" if allow_actions else "read-only"
     scheme = "https" if tls_cert else "http"

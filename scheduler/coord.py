@@ -17,9 +17,8 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any, ClassVar, Protocol
-from urllib.parse import urlparse
 
-from .errors import ConfigError
+from .coordurl import check_coordinator_url
 from .plan import Plan
 from .security import ZkSecurity
 from .settings import zookeeper_credentials as read_credentials
@@ -142,14 +141,13 @@ class LocalCoordinator:
 def open_coordinator(url: str | None, *, session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S,
                      credentials: Callable[[], str | None] = read_credentials,
                      security: Callable[[], ZkSecurity] = zookeeper_security) -> Coordinator:
-    """``local`` or ``zookeeper://h1:2181,h2:2181/root``."""
+    """``local`` or ``zookeeper://h1:2181,h2:2181/root``; ``ConfigError`` (one line) for a
+    malformed URL, checked before anything connects."""
     if not url or url == "local":
         return LocalCoordinator()
-    if url.startswith("local:"):
+    zk_url = check_coordinator_url(url)  # ConfigError, one line, before anything connects
+    if zk_url is None:
         return LocalCoordinator(url.split(":", 1)[1] or "default")
-    parsed = urlparse(url)
-    if parsed.scheme != "zookeeper" or not parsed.netloc:
-        raise ConfigError(f"unknown coordinator {url!r}: use local or zookeeper://HOST:PORT[,HOST:PORT]/ROOT")
-    return ZooKeeperCoordinator(parsed.netloc, parsed.path or "/scheduler",
+    return ZooKeeperCoordinator(zk_url.hosts, zk_url.root,
                                 session_timeout_s=session_timeout_s, credentials=credentials(),
                                 security=security())

@@ -6,9 +6,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from urllib.parse import urlparse
 
-from .errors import ConfigError, PermissionDenied
+from .coordurl import check_coordinator_url
+from .errors import PermissionDenied
 from .security import ZkSecurity
 from .settings import zookeeper_credentials as read_credentials
 from .settings import zookeeper_security
@@ -32,14 +32,12 @@ def read_fleet(url: str, *, timeout_s: float = 10.0,
     from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
     from kazoo.handlers.threading import KazooTimeoutError
 
-    if not url or url.startswith("local"):
+    zk_url = check_coordinator_url(url)  # ConfigError, one line, before anything connects
+    if zk_url is None:
         return None
-    parsed = urlparse(url)
-    if parsed.scheme != "zookeeper" or not parsed.netloc:
-        raise ConfigError(f"unknown coordinator {url!r}: use local or zookeeper://HOST:PORT[,HOST:PORT]/ROOT")
-    root = (parsed.path or "/scheduler").rstrip("/") or "/scheduler"
+    root = zk_url.root
     sec = security()
-    zk = kazoo_client(parsed.netloc, timeout_s, credentials(), sec)
+    zk = kazoo_client(zk_url.hosts, timeout_s, credentials(), sec)
     try:
         zk.start(timeout=timeout_s)
         members = sorted(zk.get_children(f"{root}/members")) if zk.exists(f"{root}/members") else []
@@ -61,10 +59,10 @@ def read_fleet(url: str, *, timeout_s: float = 10.0,
     except NoAuthError:
         user = (credentials() or "(none)").partition(":")[0]
         raise PermissionDenied(
-            f"ZooKeeper at {parsed.netloc} refuses user {user!r} read access to {root}: add its digest "
+            f"ZooKeeper at {zk_url.hosts} refuses user {user!r} read access to {root}: add its digest "
             "id to the pollers' SCHEDULER_ZK_READERS (they grant it when they start)") from None
     except (KazooTimeoutError, KazooException) as exc:
-        raise zk_unreachable(parsed.netloc, exc, sec, "the fleet could not be read") from None
+        raise zk_unreachable(zk_url.hosts, exc, sec, "the fleet could not be read") from None
     finally:
         with contextlib.suppress(Exception):
             zk.stop()

@@ -14,9 +14,9 @@ rows would expire later than either is refused at ``schedule`` (``check_expiry``
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
+from .durations import format_seconds
 from .errors import InvalidInput
 
 DEFAULT_RETENTION_S = 7 * 86_400
@@ -28,28 +28,11 @@ MAX_EXPIRY_MS = 2_147_483_646_000
 # or the retention when that is shorter (see v003_retention.cql).
 HINT_WINDOW_S = 3 * 3_600
 
-_UNITS = {"s": 1, "m": 60, "h": 3_600, "d": 86_400}
-_DURATION = re.compile(r"^\s*(\d{1,9})\s*([smhd])\s*$")
-
-
-def parse_duration(text: str, what: str = "--retention") -> int:
-    """``"90s"``, ``"12h"``, ``"7d"`` -> seconds; ``InvalidInput`` names ``what``."""
-    m = _DURATION.match(text or "")
-    if not m or int(m.group(1)) == 0:
-        raise InvalidInput(f"{what} {text!r} is not a duration; use a whole number with s, m, h or d "
-                           "(e.g. 90s, 12h, 7d)")
-    seconds = int(m.group(1)) * _UNITS[m.group(2)]
-    if seconds > MAX_TTL_S // 2:
-        raise InvalidInput(f"{what} {text!r} is too long; the most is 10 years (3650d)")
-    return seconds
-
 
 def format_duration(seconds: int) -> str:
-    """The shortest exact form: 604800 -> "7d", 90 -> "90s"."""
-    for unit in ("d", "h", "m"):
-        if seconds % _UNITS[unit] == 0:
-            return f"{seconds // _UNITS[unit]}{unit}"
-    return f"{seconds}s"
+    """The shortest exact form: 604800 -> "7d", 90 -> "90s" (the syntax every duration
+    flag reads, ``scheduler.durations``)."""
+    return format_seconds(seconds)
 
 
 @dataclass(frozen=True)

@@ -41,10 +41,7 @@ EXTRA = {
     ("dead", "replay"): ["--all"],
 }
 # Options named like durations that are not durations, and why.
-NOT_DURATIONS = {(("forecast",), "--hours"): "a number of hours",
-                 # A number of seconds today; to read the duration syntax with the console's
-                 # own changes (then this entry fails the test below and goes).
-                 (("console",), "--sample-interval"): "not converted yet"}
+NOT_DURATIONS = {(("forecast",), "--hours"): "a number of hours"}
 DURATION_WORDS = re.compile(r"timeout|interval|delay|jitter|retention|lookback|window|every|seconds")
 
 

@@ -11,22 +11,10 @@ from scheduler.retention import (
     Retention,
     check_expiry,
     format_duration,
-    parse_duration,
     ttl_s,
 )
 
 NOW = 1_800_000_000_000
-
-
-@pytest.mark.parametrize("text,seconds", [("90s", 90), ("12h", 43_200), ("7d", 604_800), (" 5 m ", 300)])
-def test_durations(text, seconds):
-    assert parse_duration(text) == seconds
-
-
-@pytest.mark.parametrize("text", ["", "7", "7days", "-1d", "0s", "1.5h", "99999d"])
-def test_bad_durations_name_the_option(text):
-    with pytest.raises(InvalidInput, match="--dead-retention"):
-        parse_duration(text, "--dead-retention")
 
 
 def test_format_is_the_shortest_exact_form():
