@@ -163,14 +163,16 @@ def emit(data: Any, as_json: bool, human: Callable[[], None] | None = None) -> N
         human()
 
 
-def store_for(store: str | None, *, create: bool = False) -> Any:
+def store_for(store: str | None, *, create: bool = False, for_loads: bool = False) -> Any:
     """The store named by ``--store`` or $SCHEDULER_STORE. Only ``schema apply`` passes
     ``create``: for every other command a missing embedded store is an error, never a
-    new empty file."""
+    new empty file. ``for_loads`` (a client's writes): requests in flight as
+    SCHEDULER_LOAD_CONCURRENCY says; else the driver's default."""
     from .store import open_store
 
     settings = Settings.from_env()
-    return open_store(settings.require_store(store), create=create, concurrency=settings.load_concurrency)
+    options = {"concurrency": settings.load_concurrency} if for_loads else {}
+    return open_store(settings.require_store(store), create=create, **options)
 
 
 def client_for(store: str | None) -> Any:
@@ -178,7 +180,7 @@ def client_for(store: str | None) -> Any:
     closes the store."""
     from .client import Client
 
-    st = store_for(store)
+    st = store_for(store, for_loads=True)
     try:
         client = Client(st, settings=Settings.from_env())
     except BaseException:

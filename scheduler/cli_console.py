@@ -90,7 +90,8 @@ def console(
     failure = None
     # uvicorn stops gracefully on SIGTERM, then raises it again for the handler it found
     # there: a no-op, so the stop ends in the clean-up below and exit 0, as for SIGINT.
-    previous = signal.signal(signal.SIGTERM, lambda *_: None)
+    # A SIGTERM before uvicorn installs its own handler still stops the server.
+    previous = signal.signal(signal.SIGTERM, lambda *_: setattr(server, "should_exit", True))
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:

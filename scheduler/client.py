@@ -164,7 +164,9 @@ class Client(ClientBase):
 
     def replay_dead(self, job_ids: Sequence[str] | None = None, at: datetime | None = None) -> list[Job]:
         """Re-arm dead jobs (all when ``job_ids`` is None) at ``at`` (default: now), with
-        their attempts reset, and remove them from the dead letters."""
+        their attempts reset, and remove them from the dead letters. Occurrences of
+        recurring schedules are not replayed (their schedule goes on): "all" passes
+        over them, and naming one raises ``InvalidInput``."""
         return self.run(self.producer.replay_dead(job_ids, at))
 
     @property

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from .errors import ConfigError
+from .errors import ConfigError, shown_url
 
 FORMS = "use local or zookeeper://HOST:PORT[,HOST:PORT]/ROOT"
 DEFAULT_ROOT = "/scheduler"
@@ -33,7 +33,7 @@ def _check_root(url: str, path: str) -> str:
     root = path.rstrip("/") or DEFAULT_ROOT
     parts = root.split("/")[1:]
     if any(p in ("", ".", "..") for p in parts) or any(_bad_char(c) for c in root) or root == "/zookeeper":
-        raise ConfigError(f"coordinator {url!r} has a bad root path {path!r}: give a ZooKeeper path "
+        raise ConfigError(f"coordinator {shown_url(url)} has a bad root path {path!r}: give a ZooKeeper path "
                           "such as /scheduler")
     return root
 
@@ -46,7 +46,7 @@ def _check_host(url: str, item: str) -> None:
         parsed, port = None, None
     if (parsed is None or not parsed.hostname or parsed.path
             or port == 0 or any(_bad_char(c) or c.isspace() for c in item)):
-        raise ConfigError(f"coordinator {url!r} has a bad host {item!r}: {FORMS}")
+        raise ConfigError(f"coordinator {shown_url(url)} has a bad host {item!r}: {FORMS}")
 
 
 def check_coordinator_url(url: object) -> ZooKeeperUrl | None:
@@ -58,18 +58,18 @@ def check_coordinator_url(url: object) -> ZooKeeperUrl | None:
         raise ConfigError(f"coordinator must be text, got {type(url).__name__}: {FORMS}")
     if url.startswith("local:"):
         if any(_bad_char(c) for c in url):
-            raise ConfigError(f"coordinator {url!r} holds a control character: {FORMS}")
+            raise ConfigError(f"coordinator {shown_url(url)} holds a control character: {FORMS}")
         return None
     scheme, sep, rest = url.partition("://")
     if scheme.lower() != "zookeeper" or not sep:
-        raise ConfigError(f"unknown coordinator {url!r}: {FORMS}")
+        raise ConfigError(f"unknown coordinator {shown_url(url)}: {FORMS}")
     netloc, slash, path = rest.partition("/")
     if "@" in netloc:
         # Never echo it: the part before @ may be a password.
         raise ConfigError("the coordinator URL holds credentials: remove them and put user:password "
                           "in the file named by SCHEDULER_ZK_AUTH_FILE")
     if "?" in rest or "#" in rest or not netloc:
-        raise ConfigError(f"coordinator {url!r} is malformed: {FORMS}")
+        raise ConfigError(f"coordinator {shown_url(url)} is malformed: {FORMS}")
     for item in netloc.split(","):
         _check_host(url, item)
     return ZooKeeperUrl(netloc, _check_root(url, slash + path))

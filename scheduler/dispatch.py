@@ -275,11 +275,28 @@ def refused(reason: str, job: Job, started_ms: int) -> Outcome:
     return Outcome(job, False, reason, None, True, started_ms)
 
 
+def clear_locals(exc: BaseException) -> None:
+    """Drop the local variables of every frame in ``exc``'s tracebacks, its causes',
+    contexts' and a group's members' included (``raise X from e`` keeps ``e``'s frames), so
+    an outcome waiting to be recorded holds no handler's objects."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        traceback.clear_frames(e.__traceback__)
+        todo += [e.__cause__, e.__context__]
+        if isinstance(e, BaseExceptionGroup):
+            todo += list(e.exceptions)
+
+
 def failure(route: Route, job: Job, exc: BaseException, started_ms: int, now_ms: int,
             rand: Callable[[], float]) -> Outcome:
     """The outcome of a handler that raised ``exc``."""
     error, poison = error_of(job, exc)
-    traceback.clear_frames(exc.__traceback__)
+    clear_locals(exc)
     if poison:
         return Outcome(job, False, error, None, True, started_ms, exc=exc)
     return failed(route, job, error, started_ms, now_ms, rand, exc)

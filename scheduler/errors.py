@@ -73,3 +73,18 @@ class WriteTimeout(SchedulerError):
 
 class OwnershipLost(SchedulerError):
     """This poller no longer owns the shard; a fenced write was refused."""
+
+
+def shown_url(url: str) -> str:
+    """``url`` as an error message may show it: quoted, with anything before an ``@`` in
+    its authority (a user and maybe a password) replaced by ``***``, even when the URL
+    does not parse. Error messages quote URLs only through this."""
+    scheme, sep, rest = url.partition("://")
+    if sep:
+        authority, slash, tail = rest.partition("/")
+        if "@" in authority:
+            rest = "***@" + authority.rpartition("@")[2] + slash + tail
+        url = scheme + sep + rest
+    elif "@" in url:
+        url = "***@" + url.rpartition("@")[2]
+    return repr(url)

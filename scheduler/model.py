@@ -137,11 +137,21 @@ def parse_occurrence(job_id: str) -> tuple[str, int, int] | None:
 
 
 def check_job_id(job_id: object) -> str:
-    if not isinstance(job_id, str) or not job_id:
-        raise InvalidInput("job id must be a non-empty string")
+    """An id a producer may write: ``check_stored_id``, and not an occurrence's."""
+    check_stored_id(job_id)
+    assert isinstance(job_id, str)
     if job_id.startswith(OCCURRENCE_PREFIX):
         raise InvalidInput(f"job ids starting with {OCCURRENCE_PREFIX!r} are reserved for the "
-                           "occurrences of recurring schedules; use another id")
+                           "occurrences of recurring schedules; use another id (to change an "
+                           "occurrence, update, pause or delete its schedule)")
+    return job_id
+
+
+def check_stored_id(job_id: object) -> str:
+    """An id that can name a stored job, an occurrence's included (for reads); raises
+    ``InvalidInput`` for anything else."""
+    if not isinstance(job_id, str) or not job_id:
+        raise InvalidInput("job id must be a non-empty string")
     try:
         size = len(job_id.encode("utf-8"))
     except UnicodeEncodeError:
@@ -201,6 +211,11 @@ def parse_time(text: str) -> datetime:
     9999-12-31 UTC. ``InvalidInput`` for anything else; nothing else is raised for any
     text."""
     shown = repr(text[:64] + ("..." if len(text) > 64 else ""))
+    if not any(sep in text.strip() for sep in "Tt "):
+        # A date alone (2027-03-02Z): Python reads some of these with the offset as a
+        # time of day, so say what is missing instead of suggesting another offset.
+        raise InvalidInput(f"time {shown} has no time of day: give one with an offset, "
+                           "e.g. 2027-03-02T09:00:00Z")
     try:
         dt = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:

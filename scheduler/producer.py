@@ -29,7 +29,16 @@ from .errors import ConfigError, InvalidInput, JobNotFound, ResizeRefused, Store
 from .jobspec import JobSpec, spec_from_dict
 from .keys import bucket_of_ms, jitter_ms, shard_of
 from .layout import Layout, Layouts, check_resize, mark_end_for
-from .model import Job, Status, check_due, check_job_id, check_kind, encode_payload
+from .model import (
+    OCCURRENCE_PREFIX,
+    Job,
+    Status,
+    check_due,
+    check_job_id,
+    check_kind,
+    check_stored_id,
+    encode_payload,
+)
 from .nudger import Nudger
 from .retention import check_expiry, format_duration
 from .store import StoreMeta
@@ -320,10 +329,19 @@ class Producer:
         due_ms = self.clock.now_ms() if at is None else check_due(at)
         letters: list[DeadLetter] = yield from call("dead_letters")
         dead = {d.job_id: d for d in letters}
-        wanted = list(dead) if job_ids is None else list(job_ids)
-        missing = [j for j in wanted if j not in dead]
-        if missing:
-            raise JobNotFound(f"not in the dead letters: {', '.join(missing[:5])}")
+        # An occurrence is not replayed: its schedule already wrote the next one, and the
+        # poller would skip an old occurrence as a misfire anyway. "All" passes them over;
+        # naming one is an error that says so.
+        if job_ids is None:
+            wanted = [j for j in dead if not j.startswith(OCCURRENCE_PREFIX)]
+        else:
+            wanted = list(job_ids)
+            missing = [j for j in wanted if j not in dead]
+            if missing:
+                raise JobNotFound(f"not in the dead letters: {', '.join(missing[:5])} "
+                                  "(scheduler dead list shows them)")
+            for job_id in wanted:
+                check_job_id(job_id)
         out = []
         for job_id in wanted:
             old = yield from self.get(job_id)
@@ -337,8 +355,9 @@ class Producer:
         return out
 
     def get(self, job_id: str) -> Steps[Job]:
-        """The stored job; raises ``JobNotFound``."""
-        check_job_id(job_id)
+        """The stored job (an occurrence of a recurring schedule too); raises
+        ``JobNotFound``."""
+        check_stored_id(job_id)
         job = yield from self.retrying(lambda: call("get", job_id))
         if job is None:
             raise JobNotFound(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import ConfigError
+from ..errors import ConfigError, shown_url
 from .base import SchemaOptions, SchemaResult, Store, StoreMeta
 
 __all__ = ["SchemaOptions", "SchemaResult", "Store", "StoreMeta", "check_store_url", "open_store",
@@ -21,11 +21,11 @@ def sqlite_path(url: str) -> str:
     ``ConfigError`` for anything else (``sqlite:/x.db`` with one slash, no path, a NUL)."""
     scheme, sep, path = url.partition("://")
     if scheme.lower() != "sqlite" or not sep:
-        raise ConfigError(f"store URL {url!r} is malformed: {_SQLITE_FORMS}")
+        raise ConfigError(f"store URL {shown_url(url)} is malformed: {_SQLITE_FORMS}")
     if not path or path == "/":
-        raise ConfigError(f"store URL {url!r} has no path: {_SQLITE_FORMS}")
+        raise ConfigError(f"store URL {shown_url(url)} has no path: {_SQLITE_FORMS}")
     if "\x00" in path:
-        raise ConfigError(f"store URL {url!r} holds a NUL character: {_SQLITE_FORMS}")
+        raise ConfigError(f"store URL {shown_url(url)} holds a NUL character: {_SQLITE_FORMS}")
     return path
 
 
@@ -43,14 +43,15 @@ def check_store_url(url: object) -> str:
         try:
             cfg = CassandraUrl(url)
         except ValueError:  # urlparse's own (an unclosed [IPv6] host, a bad port)
-            raise ConfigError(f"store URL {url!r} is malformed: {_FORMS}") from None
+            raise ConfigError(f"store URL {shown_url(url)} is malformed: {_FORMS}") from None
         if not 0 < cfg.port < 65536 or not all(h.isprintable() and " " not in h for h in cfg.hosts):
-            raise ConfigError(f"store URL {url!r} has a bad host or port: {_FORMS}")
+            raise ConfigError(f"store URL {shown_url(url)} has a bad host or port: {_FORMS}")
         if cfg.protocol_version < 3:
-            raise ConfigError(f"store URL {url!r}: protocol_version must be 3 or more")
+            raise ConfigError(f"store URL {shown_url(url)}: protocol_version must be 3 or more")
     else:
         # Never echo the URL here: an unknown scheme may be a mistyped URL holding a secret.
-        raise ConfigError(f"unknown store URL scheme {scheme + ':' if scheme else '(none)'}: {_FORMS}")
+        raise ConfigError(f"unknown store URL scheme {scheme!r}: {_FORMS}" if scheme
+                          else f"the store URL has no scheme: {_FORMS}")
     return url
 
 

@@ -73,6 +73,7 @@ class SqliteStore(SqliteReplays, Store):
         target: str = path
         if path != ":memory:":
             file = Path(path).expanduser().resolve()
+            target = str(file)  # the same file with or without create (~ expanded)
             if not file.parent.is_dir():
                 raise StoreUnavailable(
                     f"cannot open {self.url}: folder {file.parent} does not exist; create it or fix --store"

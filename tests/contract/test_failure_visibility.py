@@ -183,3 +183,26 @@ def test_before_v005_a_replay_writes_nothing_and_get_still_works(store_kind, req
         assert client.get("v4").status.value == "pending" and len(client.describe("v4").replays) == 1
     finally:
         st.close()
+
+
+def test_a_dead_occurrence_can_be_read_and_is_passed_over_by_replay_all(fstore, make_client):
+    from scheduler.errors import InvalidInput
+    from scheduler.recurring.schedule import occurrence_id
+    from tests.conftest import bucket_job
+
+    clock = FakeClock(T0_MS)
+    client = Client(fstore, clock=clock)
+    one_shot = client.schedule("plain", T0 + timedelta(seconds=5), "email", {})
+    occ_id = occurrence_id("nightly", 1, T0_MS + 5_000)
+    occ = bucket_job(occ_id, T0_MS + 5_000, kind="email")
+    fstore.insert_many([occ])
+    fstore.record_dead(one_shot, "boom", T0_MS + 5_000)
+    fstore.record_dead(occ, "boom", T0_MS + 5_000)
+    # An occurrence's id names a stored job: get reads it (it used to refuse the id).
+    assert client.get(occ_id).status.value == "dead"
+    assert client.describe(occ_id).job.job_id == occ_id
+    with pytest.raises(InvalidInput, match="schedule"):
+        client.replay_dead([occ_id])
+    # "All" replays the one-shot job and leaves the occurrence (its schedule goes on).
+    assert [j.job_id for j in client.replay_dead()] == ["plain"]
+    assert [d.job_id for d in fstore.dead_letters()] == [occ_id]

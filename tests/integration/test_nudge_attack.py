@@ -128,6 +128,7 @@ def test_a_poller_under_a_datagram_attack_keeps_firing_on_time(tmp_path):
             attacker.join(timeout=10)
         alive = any(t.name == "victim-nudge" and t.is_alive() for t in threading.enumerate())
         failure = poller.failure
+        nudged = poller.stats.nudged
         poller.stop()
         client.close()
         store.close()
@@ -135,6 +136,8 @@ def test_a_poller_under_a_datagram_attack_keeps_firing_on_time(tmp_path):
     assert failure is None and alive, "the poller and its listener survived"
     rejected = poller.metrics.registry.get_sample_value("scheduler_nudges_rejected_total") or 0
     assert rejected > 0 and poller.nudges.bad == rejected
+    # The listener kept applying nudges through the flood (not only the polls firing).
+    assert nudged > 0, "no nudge was applied during the attack"
     counts = Counter(f[0] for f in fired)
     assert set(counts) == set(due), "nothing fired that was not due (ghosts, the hour-out job)"
     assert max(counts.values()) == 1

@@ -56,3 +56,34 @@ def test_loading_handlers():
         load_app(app="json:dumps")
     with pytest.raises(ConfigError, match="module:attribute"):
         load_app(handler="json")
+
+
+def test_a_failed_outcome_holds_no_locals_of_any_frame_in_the_chain():
+    import gc
+    import weakref
+
+    from scheduler.dispatch import clear_locals
+
+    class Big:
+        pass
+
+    refs = []
+
+    def helper():
+        held = Big()
+        refs.append(weakref.ref(held))
+        raise KeyError("missing")
+
+    def handler():
+        try:
+            helper()
+        except KeyError as e:
+            raise RuntimeError("wrapped") from e
+
+    try:
+        handler()
+    except RuntimeError as exc:
+        caught = exc
+    clear_locals(caught)
+    gc.collect()
+    assert refs[0]() is None  # the helper's local, reachable only through __cause__'s frames
