@@ -184,7 +184,9 @@ def build(client: Client, fleet: pages.Fleet, guard: Guard, audits: AuditRuns | 
         return work
 
     def refire(form: Any, who: str) -> Done:
-        first, last = pages.window(str(form.get("from", "")), str(form.get("to", "")), clock.now_ms())
+        now = clock.now_ms()
+        first, last = pages.window(str(form.get("from", "")), str(form.get("to", "")), now)
+        rf.check_window(first, last, now)  # as the CLI: an end in the future would fire then, not at once
         kind = str(form.get("kind", "")) or None
         found = rf.fired_in_window(client.store, first, last, kind)
         specs = rf.specs(found, (first, last))
