@@ -284,6 +284,22 @@ def explain_cassandra(exc: BaseException, where: str, user: str | None,
     return None
 
 
+ZK_DEFAULT_PORT = 2181
+
+
+def first_address(hosts: str) -> tuple[str, int]:
+    """The first ``HOST[:PORT]`` of a ZooKeeper host list (as kazoo reads it: a name, an
+    IPv4 address or a bracketed IPv6 one; port 2181 when none is given) as (host without
+    brackets, port). ``ValueError`` when it is not one."""
+    from urllib.parse import urlsplit
+
+    parsed = urlsplit("zk://" + hosts.split(",")[0].strip())
+    port = parsed.port  # ValueError for a port that is not a number in 0-65535
+    if not parsed.hostname:
+        raise ValueError(f"no host in {hosts!r}")
+    return parsed.hostname, ZK_DEFAULT_PORT if port is None else port
+
+
 def probe_tls(hosts: str, tls: TlsConfig, timeout_s: float = 3.0) -> BaseException | None:
     """Open one TLS connection to the first ``host:port`` and read from it: the handshake's
     error, or the server's alert (a missing client certificate shows only on the first
@@ -291,11 +307,11 @@ def probe_tls(hosts: str, tls: TlsConfig, timeout_s: float = 3.0) -> BaseExcepti
     in silence and reports a timeout; this finds the cause."""
     import socket
 
-    host, _, port = hosts.split(",")[0].rpartition(":")
     try:
+        host, port = first_address(hosts)
         ctx = tls.context()
         # The handshake inside the with: a failed one still closes the socket.
-        with socket.create_connection((host, int(port)), timeout=timeout_s) as raw, \
+        with socket.create_connection((host, port), timeout=timeout_s) as raw, \
                 ctx.wrap_socket(raw, server_hostname=host, do_handshake_on_connect=False) as conn:
             conn.do_handshake()
             conn.settimeout(0.5)
@@ -339,12 +355,15 @@ def probe_plain_is_tls(hosts: str, timeout_s: float = 3.0) -> bool:
     (a plaintext client there sees only a dropped connection or a timeout)."""
     import socket
 
-    host, _, port = hosts.split(",")[0].rpartition(":")
+    try:
+        host, port = first_address(hosts)
+    except ValueError:
+        return False  # not an address this probe can reach: kazoo's own error stands
     ctx = ssl.create_default_context()
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
     try:
-        with socket.create_connection((host, int(port)), timeout=timeout_s) as raw, \
+        with socket.create_connection((host, port), timeout=timeout_s) as raw, \
                 ctx.wrap_socket(raw, server_hostname=host, do_handshake_on_connect=False) as conn:
             conn.do_handshake()
             return True

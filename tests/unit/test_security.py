@@ -115,3 +115,21 @@ def test_the_role_setup_refuses_a_bad_password_without_echoing_it():
     with pytest.raises(SystemExit) as err:
         setup.cql("set_password", role="app", password="leaked-pass'word-value")
     assert "password" in str(err.value) and "leaked" not in str(err.value)
+
+
+@pytest.mark.parametrize(("hosts", "want"), [
+    ("zk1", ("zk1", 2181)), ("zk1:2281", ("zk1", 2281)), ("10.0.0.1,10.0.0.2:9", ("10.0.0.1", 2181)),
+    ("[::1]", ("::1", 2181)), ("[::1]:2281,zk2", ("::1", 2281))])
+def test_the_first_zookeeper_address_defaults_to_port_2181(hosts: str, want: tuple[str, int]):
+    from scheduler.security import first_address
+
+    assert first_address(hosts) == want
+
+
+@pytest.mark.parametrize("hosts", ["localhost", "[::1]", "h:port", ":2181", "h:99999"])
+def test_the_plaintext_probe_answers_false_for_any_host_list_never_a_value_error(hosts: str):
+    """A URL without a port (zookeeper://HOST/ROOT) gave 'unexpected ValueError'. Nothing
+    listens on a TLS port here (a refused connection or a bad address: False)."""
+    from scheduler.security import probe_plain_is_tls
+
+    assert probe_plain_is_tls(hosts, timeout_s=0.5) is False
