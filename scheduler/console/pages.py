@@ -17,6 +17,7 @@ from typing import Any
 from ..audit import last_closed_hour
 from ..client import Client
 from ..errors import InvalidInput, SchedulerError
+from ..faults import Summarised
 from ..fleetview import FleetSnapshot
 from ..keys import from_ms, to_ms
 from ..model import Job, parse_time
@@ -54,10 +55,13 @@ class Fleet:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # A bug or a library's untyped error: logged once, then a line per SUMMARY_S.
+        self._unexpected = Summarised(log, "console_read_failed")
 
     def sample(self) -> None:
-        """Read once. A failed read keeps the previous view and records the error (logged
-        once per outage, not per sample)."""
+        """Read once; never raises an ``Exception``. A failed read keeps the previous view
+        and records the error, which the page shows (a typed error is logged once per
+        outage, any other once and then summarised, not per sample)."""
         now = self.client.clock.now_ms()
         try:
             fleet = self.read_fleet()
@@ -70,6 +74,12 @@ class Fleet:
                     log.warning("console cannot read the fleet: %s", exc,
                                 extra={"action": "console_read_failed"})
                 self.view.error = str(exc)
+            return
+        except Exception as exc:  # any other: the thread must live on, and the page say so
+            error = f"unexpected {type(exc).__name__}: {exc}"[:300]
+            self._unexpected.event(f"console cannot read the fleet: {error}")
+            with self._lock:
+                self.view.error = error
             return
         with self._lock:
             self.history.add(now / 1000, {r.shard: r.lag_s for r in lags})

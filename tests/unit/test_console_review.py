@@ -58,3 +58,48 @@ def test_refire_refuses_a_window_that_ends_in_the_future(client: Client):
     form["to"] = (now - timedelta(minutes=1)).isoformat()
     ok = http.post("/refire", data=form, follow_redirects=False)
     assert ok.status_code == 303, ok.text[-500:]
+
+
+def test_the_sampler_survives_any_error_shows_it_and_logs_it_once(client: Client,
+                                                                   caplog: pytest.LogCaptureFixture):
+    from scheduler.fleetview import FleetSnapshot
+
+    calls: list[int] = []
+
+    def read_fleet() -> FleetSnapshot | None:
+        calls.append(1)
+        if len(calls) > 1:
+            raise ValueError("a bug in a library")
+        return None
+
+    fleet = Fleet(client, read_fleet, step_s=1)
+    fleet.sample()
+    good = fleet.snapshot()
+    assert good.error is None and good.at_ms
+    with caplog.at_level("WARNING", logger="scheduler.console"):
+        fleet.sample()
+        fleet.sample()  # raises nothing, the thread would live on
+    view = fleet.snapshot()
+    assert view.error == "unexpected ValueError: a bug in a library"
+    assert view.at_ms == good.at_ms  # the last good sample stays
+    assert len([r for r in caplog.records if "a bug in a library" in r.getMessage()]) == 1
+    page = TestClient(build(client, fleet, Guard(TOKEN, False))).get("/fleet").text
+    assert "cannot read the fleet: unexpected ValueError: a bug in a library" in page
+
+
+def test_the_sampler_thread_lives_on_after_an_unexpected_error(client: Client):
+    from tests.procs import wait_until
+
+    calls: list[int] = []
+
+    def read_fleet() -> None:
+        calls.append(1)
+        raise ValueError("boom")
+
+    fleet = Fleet(client, read_fleet, step_s=0.01)
+    fleet.start()
+    try:
+        wait_until(lambda: len(calls) >= 3, 30, "three samples")
+        assert fleet._thread is not None and fleet._thread.is_alive()
+    finally:
+        fleet.stop()
