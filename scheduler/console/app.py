@@ -134,7 +134,7 @@ def build(client: Client, fleet: pages.Fleet, guard: Guard, audits: AuditRuns | 
         at = q.get("at", "")
         if not at:
             return {"data": None, "at": "", "shard": 0}
-        shard = int(q.get("shard", "0") or 0)
+        shard = pages.int_param("shard", q.get("shard", "0") or "0", 0, 2**31 - 1)
         return {"data": pages.bucket_page(client, at, shard, q.get("after")), "at": at, "shard": shard}
 
     def job_ctx(request: Request) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from ..errors import InvalidInput, SchedulerError
 from ..faults import Summarised
 from ..fleetview import FleetSnapshot
 from ..keys import from_ms, to_ms
-from ..model import Job, parse_time
+from ..model import LATEST_TIME, Job, parse_time
 from ..observe import FleetStatus, ShardLag, bucket_rows, fleet_status, lag_report, parse_bucket
 from .history import Heatmap, LagHistory
 
@@ -29,6 +29,7 @@ log = logging.getLogger("scheduler.console")
 PAGE = 100
 DEAD_SCAN_PAGES = 10  # a filtered dead-letter page reads at most this many pages
 MAX_WINDOW_MS = 3_600_000  # audit and re-fire windows: an hour at most from the console
+LATEST_BUCKET_S = to_ms(LATEST_TIME) // 1000  # the last instant parse_time accepts
 
 
 @dataclass
@@ -114,19 +115,33 @@ def bucket_page(client: Client, at: str, shard: int, after: str | None) -> dict[
     store = client.store
     width = store.meta().bucket_width_s
     bucket = parse_bucket(at.strip(), width)
+    if not 0 <= bucket <= LATEST_BUCKET_S:
+        raise InvalidInput(f"bucket {bucket} is out of range: give a time between 1970-01-01 "
+                           "and 9999-12-31 UTC")
     count = store.layouts().read_count(bucket)
     if not 0 <= shard < count:
         raise InvalidInput(f"shard {shard} is out of range: bucket {bucket} has shards 0-{count - 1}")
     key = None
     if after:
         ms, _, job_id = after.partition(":")
-        if not ms.isdigit() or not job_id:
+        if not job_id:
             raise InvalidInput("the page key must look like <fire ms>:<job id>; follow the Next link")
-        key = (int(ms), job_id)
+        # The store keeps times as signed 64-bit integers: a larger one is no key (sqlite overflows).
+        key = (int_param("the page key's fire ms", ms, 0, 2**63 - 1), job_id)
     rows = bucket_rows(store, bucket, shard, PAGE, key)
     following = f"{rows[-1].fire_ms}:{rows[-1].job_id}" if len(rows) == PAGE else None
     return {"bucket": bucket, "from": from_ms(bucket * 1000).isoformat(), "shard": shard,
             "shard_count": count, "width": width, "rows": rows, "next": following}
+
+
+def int_param(name: str, text: str, low: int, high: int) -> int:
+    """``text`` as an integer of ``low``-``high`` (ASCII digits, an optional minus), or
+    ``InvalidInput`` saying so in one line: never a number the store cannot hold."""
+    digits = text.strip()
+    if not (digits.removeprefix("-").isascii() and digits.removeprefix("-").isdigit()) or len(digits) > 20 \
+            or not low <= int(digits) <= high:
+        raise InvalidInput(f"{name} must be a whole number of {low}-{high}, got {text[:30]!r}")
+    return int(digits)
 
 
 def job_page(client: Client, job_id: str, now_ms: int) -> dict[str, Any]:

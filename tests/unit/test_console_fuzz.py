@@ -39,10 +39,18 @@ FORM_TYPES = ["application/x-www-form-urlencoded", "multipart/form-data; boundar
 # client can encode in a URL or a form).
 text = st.text(st.characters(exclude_categories=["Cs"]), max_size=40)
 numbers = st.integers(min_value=-10**20, max_value=10**20).map(str)
+# Around the limits of a signed 64-bit integer (the store's), of a time and of a bucket's
+# start (multiples of 60 s), and far past them.
+edges = st.sampled_from([2**31, 2**63 - 1, 2**63, 2**64, 253402214400, 253402214400000, 10**30])
+huge = st.one_of(st.builds(lambda e, d: e + d, edges, st.integers(-2, 2)),
+                 st.integers(min_value=2**62, max_value=10**40)).flatmap(
+    lambda n: st.sampled_from([str(n), str(-n), str(n - n % 60), str(-(n - n % 60))]))
+page_keys = st.builds(lambda n, job: f"{n}:{job}", st.one_of(huge, numbers),
+                      st.sampled_from(["x", "soon", "d1"]))
 times = st.sampled_from(["2026-12-01T09:00Z", "0", "-1", "9" * 30, "1e9", "now", "2026-13-45T99:99Z",
                          "1800000000", "2026-12-01T09:00+25:00", "\u0661\u0662"])
 known_ids = st.sampled_from(["", "1", "recurring:x:1:1", "d1", "soon", "nightly"])
-value = st.one_of(text, numbers, times, known_ids)
+value = st.one_of(text, numbers, huge, page_keys, times, known_ids)
 key = st.one_of(st.sampled_from(PARAMS), text)
 pairs = st.lists(st.tuples(key, value), max_size=8)
 
@@ -126,3 +134,15 @@ def test_any_form_is_refused_or_answered_and_writes_nothing_without_session_and_
     if route not in ("/login", "/logout"):
         assert r.status_code in (400, 403, 413), (route, r.status_code)
     assert dump(path) == before
+
+
+@pytest.mark.fuzz
+@given(at=st.one_of(times, huge, numbers), shard=st.one_of(st.just("0"), numbers, huge),
+       after=st.one_of(st.none(), page_keys, text))
+def test_the_bucket_page_answers_any_numbers_with_a_page_or_a_400(console: Any, at: str, shard: str,
+                                                                 after: str | None):
+    """The integers of the bucket page reach the store: one it cannot hold is a 400."""
+    http, _, _ = console
+    query = {"at": at, "shard": shard, **({"after": after} if after is not None else {})}
+    r = http.get(f"/buckets?{urlencode(query)}")
+    assert r.status_code in (200, 400), (query, r.status_code, r.text[-500:])

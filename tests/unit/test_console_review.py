@@ -103,3 +103,27 @@ def test_the_sampler_thread_lives_on_after_an_unexpected_error(client: Client):
         assert fleet._thread is not None and fleet._thread.is_alive()
     finally:
         fleet.stop()
+
+
+@pytest.mark.parametrize("query", [
+    "at=2026-01-01T00:00:00Z&shard=0&after=9223372036854775808:x",
+    "at=2026-01-01T00:00:00Z&shard=0&after=-1:x",
+    "at=2026-01-01T00:00:00Z&shard=0&after=99999999999999999999999999999:x",
+    "at=600000000000000000000&shard=0",
+    "at=-600000000000000000000&shard=0",
+    "at=9223372036854775800&shard=0",
+    "at=2026-01-01T00:00:00Z&shard=99999999999999999999999999",
+    "at=2026-01-01T00:00:00Z&shard=" + "9" * 5000,
+])
+def test_integer_parameters_out_of_range_are_a_400_with_one_line(client: Client, query: str):
+    http = TestClient(console(client).app, raise_server_exceptions=True)
+    r = http.get(f"/buckets?{query}")
+    assert r.status_code == 400, (query, r.text[-300:])
+    error = re.search(r'id="error">([^<]*)<', r.text)
+    assert error and "\n" not in error.group(1).strip() and len(error.group(1)) < 300, r.text[-500:]
+
+
+def test_the_largest_page_key_the_store_holds_still_reads(client: Client):
+    http = console(client)
+    ok = http.get(f"/buckets?at=2026-01-01T00:00:00Z&shard=0&after={2**63 - 1}:x")
+    assert ok.status_code == 200
