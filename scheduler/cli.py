@@ -21,6 +21,7 @@ from .cli_common import (
     JsonOpt,
     StoreOpt,
     app,
+    cell,
     check_coordinator,
     client_for,
     duration,
@@ -29,6 +30,7 @@ from .cli_common import (
     fail,
     job_table,
     parse_at,
+    plain,
     store_for,
 )
 from .coord import DEFAULT_SESSION_TIMEOUT_S
@@ -90,7 +92,7 @@ def cancel(job_id: str, store: StoreOpt = None, as_json: JsonOpt = False) -> Non
     if not done:
         fail(f"no pending job {job_id!r} to cancel (it is unknown, already fired, cancelled or dead: "
              f"see `scheduler get {job_id}`)")
-    emit({"job_id": job_id, "cancelled": done}, as_json, lambda: typer.echo(f"cancelled {job_id}"))
+    emit({"job_id": job_id, "cancelled": done}, as_json, lambda: typer.echo(f"cancelled {plain(job_id)}"))
 
 
 @app.command()
@@ -294,7 +296,7 @@ def demo(
 
         table = Table(title="demo summary", show_header=False)
         for key, value in data.items():
-            table.add_row(key, str(value))
+            table.add_row(cell(key), cell(value))
         Console().print(table)
 
     emit(data, as_json, human)

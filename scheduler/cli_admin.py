@@ -13,11 +13,13 @@ from .cli_common import (
     JsonOpt,
     StoreOpt,
     app,
+    cell,
     client_for,
     dead_app,
     emit,
     errors,
     parse_at,
+    plain,
     schema_app,
     shards_app,
     store_for,
@@ -192,7 +194,8 @@ def dead_list(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
         for col in ("job_id", "kind", "attempts", "died_at", "error"):
             table.add_column(col)
         for r in rows:
-            table.add_row(r["job_id"], r["kind"], str(r["attempts"]), r["died_at"], r["error"] or "")
+            table.add_row(cell(r["job_id"]), cell(r["kind"]), str(r["attempts"]), r["died_at"],
+                          cell(r["error"] or ""))
         Console().print(table)
 
     emit(rows, as_json, human)
@@ -270,4 +273,4 @@ def refire(
             "jobs": [s.job_id for s in specs]}
     emit(data, as_json, lambda: typer.echo(
         f"{'would re-fire' if dry_run else 're-fired'} {len(specs)} jobs: "
-        + (", ".join(f"{k} {n}" for k, n in by_kind.items()) or "none")))
+        + (", ".join(f"{plain(k)} {n}" for k, n in by_kind.items()) or "none")))

@@ -33,9 +33,28 @@ MESSAGE_MAX = 1000
 
 def one_line(message: str) -> str:
     """``message`` on one line (any run of whitespace, newlines included, becomes a
-    space), at most ``MESSAGE_MAX`` characters."""
-    text = " ".join(str(message).split())
+    space), at most ``MESSAGE_MAX`` characters, control and bidi characters escaped (a
+    message can quote an id holding a terminal sequence)."""
+    text = plain(" ".join(str(message).split()))
     return text if len(text) <= MESSAGE_MAX else text[:MESSAGE_MAX - 3] + "..."
+
+
+def plain(value: Any) -> str:
+    """``value`` as text safe to print on a terminal: control characters (an ESC that
+    starts a terminal sequence, a newline) and bidi overrides as ``\\xNN``/``\\uNNNN``.
+    For stored or user-given text printed by ``typer.echo``; JSON output stays raw."""
+    from .logs import escape
+
+    return escape(str(value))
+
+
+def cell(value: Any) -> str:
+    """``value`` for rich (``Table.add_row``, ``Console.print``): ``plain``, then rich
+    markup escaped, so a stored id like ``a[/]`` or ``[link=...]x[/link]`` is shown as
+    it is, never parsed as markup (which can fail after a write, or make a link)."""
+    from rich.markup import escape
+
+    return escape(plain(value))
 
 
 def _unexpected(exc: BaseException) -> int:
@@ -213,7 +232,7 @@ def job_table(job: dict[str, Any]) -> None:
 
     table = Table(show_header=False, box=None)
     for key, value in job.items():
-        table.add_row(f"[bold]{key}[/]", "" if value is None else str(value))
+        table.add_row(f"[bold]{cell(key)}[/]", "" if value is None else cell(value))
     Console().print(table)
 
 

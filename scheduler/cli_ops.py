@@ -17,10 +17,12 @@ from .cli_common import (
     JsonOpt,
     StoreOpt,
     app,
+    cell,
     check_coordinator,
     duration,
     emit,
     errors,
+    plain,
     store_for,
 )
 from .errors import InvalidInput
@@ -87,7 +89,8 @@ def lag(store: StoreOpt = None, coordinator: CoordOpt = None, as_json: JsonOpt =
         for col in ("shard", "owner", "drained until", "lag", "due backlog"):
             table.add_column(col, justify="right" if col in ("shard", "lag", "due backlog") else "left")
         for r, d in zip(rows, data, strict=True):
-            table.add_row(str(r.shard), r.owner or "[red]none[/]", d["drained_until"], _fmt_lag(r.lag_s),
+            owner = cell(r.owner) if r.owner else "[red]none[/]"
+            table.add_row(str(r.shard), owner, cell(d["drained_until"]), _fmt_lag(r.lag_s),
                           f"{r.backlog}{'+' if r.backlog_capped else ''}")
         Console().print(table)
 
@@ -124,12 +127,12 @@ def status(store: StoreOpt = None, coordinator: CoordOpt = None, as_json: JsonOp
         table.add_column("shards", justify="right")
         table.add_column("which")
         for owner, shards in s.shards_per_owner.items():
-            table.add_row(owner, str(len(shards)), shard_ranges(shards))
+            table.add_row(cell(owner), str(len(shards)), shard_ranges(shards))
         if s.unowned:
             table.add_row("[red]nobody[/]", str(len(s.unowned)), shard_ranges(s.unowned))
         console.print(table)
         for lay in s.layouts:
-            console.print(f"layout: from {lay['from']} on, S = {lay['shard_count']}")
+            console.print(f"layout: from {cell(lay['from'])} on, S = {lay['shard_count']}")
         if s.worst:
             console.print(f"worst lag: shard {s.worst.shard}, {_fmt_lag(s.worst.lag_s)}, "
                           f"due backlog {s.worst.backlog}")
@@ -174,7 +177,7 @@ def inspect(
         for col in ("shard", "job_id", "kind", "due_at", "status", "fired_at"):
             table.add_column(col)
         for r in data["rows"]:
-            table.add_row(str(r["shard"]), r["job_id"], r["kind"], r["due_at"], r["status"],
+            table.add_row(str(r["shard"]), cell(r["job_id"]), cell(r["kind"]), r["due_at"], r["status"],
                           r["fired_at"] or "")
         Console().print(table)
 
@@ -334,8 +337,8 @@ def audit(
         t = data["totals"]
         typer.echo(f"{data['partitions']} partitions: " + ", ".join(f"{k} {v}" for k, v in t.items()))
         for v in data["violations"]:
-            typer.echo(f"VIOLATION bucket {v['bucket']} shard {v['shard']} job {v['job_id']!r}: "
-                       f"{v['reason']}")
+            typer.echo(f"VIOLATION bucket {v['bucket']} shard {v['shard']} job {plain(repr(v['job_id']))}: "
+                       f"{plain(v['reason'])}")
 
     emit(data, as_json, human)
     if report.violations:

@@ -8,7 +8,20 @@ from typing import Annotated, Any
 
 import typer
 
-from .cli_common import DURATION, TIME, JsonOpt, StoreOpt, app, client_for, emit, errors, fail, parse_at
+from .cli_common import (
+    DURATION,
+    TIME,
+    JsonOpt,
+    StoreOpt,
+    app,
+    cell,
+    client_for,
+    emit,
+    errors,
+    fail,
+    parse_at,
+    plain,
+)
 from .errors import InvalidInput
 
 recurring_app = typer.Typer(no_args_is_help=True, help="Recurring schedules: cron or intervals.")
@@ -95,7 +108,7 @@ def _show(client: Any, schedule: Any, as_json: bool) -> None:
     data = client.recurring.view(schedule)
     rule = data["cron"] or f"every {data['every_s']}s"
     emit(data, as_json, lambda: typer.echo(
-        f"{data['schedule_id']}: {data['state']}, {rule} ({data['tz']}), "
+        f"{plain(data['schedule_id'])}: {data['state']}, {plain(rule)} ({plain(data['tz'])}), "
         f"next {data['next_fire_at']}, last {data['last_fired_at']}, skipped {data['skipped']}"))
 
 
@@ -139,7 +152,7 @@ def _act(action: str, schedule_id: str, store: str | None, as_json: bool, **opts
             result = getattr(client.recurring, action)(schedule_id, **opts)
             if result is None:
                 emit({"schedule_id": schedule_id, "state": "deleted"}, as_json,
-                     lambda: typer.echo(f"{schedule_id}: deleted"))
+                     lambda: typer.echo(f"{plain(schedule_id)}: deleted"))
             else:
                 _show(client, result, as_json)
         finally:
@@ -202,8 +215,8 @@ def list_(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
             table.add_column(col)
         for r in rows:
             rule = r["cron"] or f"every {r['every_s']}s"
-            table.add_row(r["schedule_id"], r["state"], rule, r["tz"], both(r["next_fire_at"]),
-                          both(r["last_fired_at"]), str(r["skipped"]))
+            table.add_row(cell(r["schedule_id"]), cell(r["state"]), cell(rule), cell(r["tz"]),
+                          both(r["next_fire_at"]), both(r["last_fired_at"]), str(r["skipped"]))
         Console().print(table)
 
     emit(rows, as_json, human)
@@ -226,7 +239,7 @@ def check(
             client.close()
     emit({"broken": broken, "repaired": repair}, as_json,
          lambda: typer.echo(f"{len(broken)} broken chains{' (repaired)' if repair else ''}"
-                            + "".join(f"\n  {b}" for b in broken)))
+                            + "".join(f"\n  {plain(b)}" for b in broken)))
     if broken and not repair:
         fail(f"{len(broken)} recurring schedules will never fire again (restart them with "
              "`scheduler recurring check --repair`)")
