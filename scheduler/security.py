@@ -50,7 +50,8 @@ class Secret:
     __str__ = __repr__
 
     def reveal(self, setting: str) -> str:
-        """The secret's text; ``ConfigError`` naming ``setting`` when its file cannot be read."""
+        """The secret's text; ``ConfigError`` naming ``setting`` (never showing any of the
+        file) when its file cannot be read, is not UTF-8 or is empty."""
         if self.path is None:
             return self.value or ""
         try:
@@ -58,6 +59,9 @@ class Secret:
                 text = fh.read().strip()
         except OSError as exc:
             raise ConfigError(f"cannot read {setting} ({self.path}): {exc.strerror}") from None
+        except UnicodeDecodeError:  # its message holds a byte of the secret and where: never shown
+            raise ConfigError(f"the file named by {setting} ({self.path}) is not UTF-8 text: write the "
+                              "password in it as UTF-8, or choose one in plain ASCII") from None
         if not text:
             raise ConfigError(f"{setting} ({self.path}) is empty; write the password in it")
         return text

@@ -102,7 +102,7 @@ def zookeeper_security(env: Mapping[str, str] | None = None) -> ZkSecurity:
 def _secret(env: Mapping[str, str], name: str, file_first: bool) -> str | None:
     """``name``'s value, or the contents of the file named by ``name_FILE`` (stripped),
     whichever is set first in the given order; None when neither is. ``ConfigError``
-    names the variable of a file that cannot be read (never its contents)."""
+    names the variable of a file that cannot be read or is not UTF-8 (never its contents)."""
     for key in ((f"{name}_FILE", name) if file_first else (name, f"{name}_FILE")):
         if not env.get(key):
             continue
@@ -113,6 +113,9 @@ def _secret(env: Mapping[str, str], name: str, file_first: bool) -> str | None:
                 return fh.read().strip()
         except OSError as exc:
             raise ConfigError(f"cannot read {key}: {exc.strerror}") from None
+        except UnicodeDecodeError:  # its message holds a byte of the secret and where: never shown
+            raise ConfigError(f"the file named by {key} is not UTF-8 text: write the secret in it "
+                              "as UTF-8, or choose another secret in plain ASCII") from None
     return None
 
 

@@ -133,3 +133,28 @@ def test_the_plaintext_probe_answers_false_for_any_host_list_never_a_value_error
     from scheduler.security import probe_plain_is_tls
 
     assert probe_plain_is_tls(hosts, timeout_s=0.5) is False
+
+
+SECRET_BYTES = b"Zq7-hunter2-Mv\xe9Qj-Kx9"
+NEVER_SHOWN = ["Zq7", "hunter2", "Mv", "Qj", "Kx9", "xe9", "0xe9", "\xe9", "position", "byte"]
+
+
+@pytest.mark.parametrize("setting", ["SCHEDULER_CONSOLE_TOKEN_FILE", "SCHEDULER_ZK_AUTH_FILE",
+                                     "SCHEDULER_CASSANDRA_PASSWORD_FILE"])
+def test_a_secret_file_not_utf8_is_a_config_error_showing_none_of_it(tmp_path, setting: str):
+    from scheduler.settings import console_token, zookeeper_credentials
+
+    f = tmp_path / "secret"
+    f.write_bytes(SECRET_BYTES)
+    env = {setting: str(f), "SCHEDULER_CASSANDRA_USER": "app"}
+    read = {"SCHEDULER_CONSOLE_TOKEN_FILE": lambda: console_token(env),
+            "SCHEDULER_ZK_AUTH_FILE": lambda: zookeeper_credentials(env),
+            "SCHEDULER_CASSANDRA_PASSWORD_FILE":
+                lambda: cassandra_security(env).password.reveal(setting)}[setting]  # type: ignore[union-attr]
+    with pytest.raises(ConfigError) as caught:
+        read()
+    message = str(caught.value)
+    assert setting in message and "not UTF-8" in message, message
+    for piece in NEVER_SHOWN:
+        assert piece not in message, (piece, message)
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
