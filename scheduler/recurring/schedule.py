@@ -62,9 +62,15 @@ def parse_occurrence(job_id: str) -> Occurrence | None:
 
 
 def check_schedule_id(schedule_id: object) -> str:
+    """``schedule_id`` if it can name a stored schedule; ``InvalidInput`` otherwise (a lone
+    surrogate, as Python reads an undecodable byte of argv, cannot be stored)."""
     if not isinstance(schedule_id, str) or not schedule_id:
         raise InvalidInput("schedule id must be a non-empty string")
-    if len(schedule_id.encode("utf-8", "surrogatepass")) > MAX_SCHEDULE_ID_BYTES:
+    try:
+        size = len(schedule_id.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidInput("schedule id must be valid UTF-8 (it contains a lone surrogate)") from None
+    if size > MAX_SCHEDULE_ID_BYTES:
         raise InvalidInput(f"schedule id is longer than {MAX_SCHEDULE_ID_BYTES} bytes of UTF-8")
     return schedule_id
 

@@ -21,7 +21,7 @@ def connect(cfg: CassandraUrl, sec: CassandraSecurity, *, request_timeout_s: flo
     ``AuthenticationError`` or ``TlsError`` (one line naming the setting to fix) when the
     login or the handshake fails, ``ConfigError`` for a bad setting. Nothing stays open
     after a failure."""
-    from cassandra import ConsistencyLevel
+    from cassandra import ConsistencyLevel, UnresolvableContactPoints
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable
     from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
     from cassandra.query import tuple_factory
@@ -42,12 +42,18 @@ def connect(cfg: CassandraUrl, sec: CassandraSecurity, *, request_timeout_s: flo
     give_up = time.monotonic() + ROTATION_GAP_S + ROTATION_SETTLE_S
     while True:
         password_before = sec.password.fingerprint() if sec.password is not None else None
-        cluster = Cluster(
-            cfg.hosts, port=cfg.port, protocol_version=cfg.protocol_version,
-            execution_profiles={EXEC_PROFILE_DEFAULT: profile}, connect_timeout=connect_timeout_s,
-            reconnection_policy=reconnection_policy(), auth_provider=sec.auth_provider(cfg.user),
-            ssl_context=sec.tls.context() if sec.tls is not None else None,
-        )
+        try:
+            cluster = Cluster(
+                cfg.hosts, port=cfg.port, protocol_version=cfg.protocol_version,
+                execution_profiles={EXEC_PROFILE_DEFAULT: profile}, connect_timeout=connect_timeout_s,
+                reconnection_policy=reconnection_policy(), auth_provider=sec.auth_provider(cfg.user),
+                ssl_context=sec.tls.context() if sec.tls is not None else None,
+            )
+        except UnresolvableContactPoints:  # raised before anything is opened
+            raise StoreUnavailable(
+                f"cannot resolve the Cassandra host name(s) {', '.join(cfg.hosts)} (no address found "
+                "for any of them); fix the host in --store / SCHEDULER_STORE, or the DNS"
+            ) from None
         try:
             return cluster, cluster.connect()
         except NoHostAvailable as exc:
