@@ -335,7 +335,7 @@ class Producer:
         if job_ids is None:
             wanted = [j for j in dead if not j.startswith(OCCURRENCE_PREFIX)]
         else:
-            wanted = list(job_ids)
+            wanted = list(dict.fromkeys(job_ids))  # an id named twice is replayed once
             missing = [j for j in wanted if j not in dead]
             if missing:
                 raise JobNotFound(f"not in the dead letters: {', '.join(missing[:5])} "

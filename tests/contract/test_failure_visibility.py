@@ -98,6 +98,19 @@ def kill(poller: Any, clock: FakeClock, job_id: str) -> None:
     assert job_id in {d.job_id for d in poller.store.dead_letters()}
 
 
+def test_a_job_named_twice_is_replayed_once(fstore, make_client):
+    clock = FakeClock(T0_MS)
+    client = make_client(fstore, clock=clock)
+    for job_id in ("d1", "d2"):
+        client.schedule(job_id, T0 + timedelta(seconds=5), "email", {"to": "a@example.com"})
+    poller = make_poller(fstore, clock, None, app=failing_app(max_attempts=1))
+    kill(poller, clock, "d1")
+    kill(poller, clock, "d2")
+    back = client.replay_dead(["d2", "d1", "d2", "d1"])
+    assert [j.job_id for j in back] == ["d2", "d1"]
+    assert len(client.describe("d1").replays) == 1 and len(client.describe("d2").replays) == 1
+
+
 def test_a_replayed_job_has_no_fired_at_and_get_says_where_it_came_from(fstore, make_client):
     clock = FakeClock(T0_MS)
     client = make_client(fstore, clock=clock)
