@@ -158,13 +158,22 @@ def _read_lines(path: Path) -> list[str]:
     """The lines of ``path`` (``-``: stdin), UTF-8; ``InvalidInput`` when it cannot be
     read or decoded."""
     try:
-        if str(path) == "-":
-            return sys.stdin.buffer.read().decode("utf-8").splitlines()
-        return path.read_text(encoding="utf-8").splitlines()
+        data = sys.stdin.buffer.read() if str(path) == "-" else path.read_bytes()
+        return split_lines(data.decode("utf-8"))
     except OSError as exc:
         raise InvalidInput(f"cannot read {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise InvalidInput(f"{path} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+
+
+def split_lines(text: str) -> list[str]:
+    """``text`` split at each "\\n" (a "\\r" before it dropped), as JSON lines are: not
+    ``str.splitlines``, which also splits at U+2028, U+2029 and U+0085, characters a JSON
+    string may hold unescaped (``json.dumps(..., ensure_ascii=False)`` writes them)."""
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
 # --- pollers ----------------------------------------------------------------------------

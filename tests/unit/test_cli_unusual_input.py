@@ -4,6 +4,7 @@ needed: ``.invalid`` never resolves, RFC 2606)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -38,3 +39,17 @@ def test_an_unresolvable_cassandra_host_is_store_unavailable() -> None:
     assert out.count("\n") == 1 and "unexpected" not in out, out
     assert out.startswith("error: cannot resolve the Cassandra host name(s) nohost.invalid"), out
     assert "--store" in out
+
+
+def test_load_reads_json_lines_whose_strings_hold_line_separators(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/s.db"
+    assert cli("schema", "apply", "--store", url).exit_code == 0
+    payload = {"text": "a\u2028b\u2029c\x85d"}
+    lines = [json.dumps({"id": f"u{i}", "at": "2030-01-01T00:00:00Z", "kind": "k", "payload": payload},
+                        ensure_ascii=False) for i in range(2)]
+    (tmp_path / "jobs.jsonl").write_bytes(("\r\n".join(lines) + "\n").encode("utf-8"))
+    res = cli("load", str(tmp_path / "jobs.jsonl"), "--json", "--store", url)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout) == {"loaded": 2}
+    got = cli("get", "u1", "--json", "--store", url)
+    assert json.loads(got.stdout)["payload"] == payload
