@@ -83,7 +83,10 @@ def console(
     if allow_actions and not tls_cert and not is_loopback(host):
         typer.echo(f"warning: actions over plain HTTP on {host}: the token and the session cookie cross "
                    "the network in the clear; add --tls-cert/--tls-key or serve behind a TLS proxy", err=True)
-    config = uvicorn.Config(build(client, fleet, Guard(token, allow_actions)), log_level="warning",
+    # On a loopback address only loopback Host names are answered (no DNS rebinding);
+    # on any other, the operator's proxy or network decides which names reach it.
+    app = build(client, fleet, Guard(token, allow_actions), loopback_hosts=is_loopback(host))
+    config = uvicorn.Config(app, log_level="warning",
                             access_log=False, ssl_certfile=str(tls_cert) if tls_cert else None,
                             ssl_keyfile=str(tls_key) if tls_key else None)
     server = uvicorn.Server(config)

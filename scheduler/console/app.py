@@ -36,7 +36,7 @@ from . import pages
 from .auditrun import AuditRuns
 from .guard import COOKIE, SESSION_S, Guard
 from .history import level, levels
-from .protect import FormRefused, SecurityHeaders, banner, read_form
+from .protect import FormRefused, LoopbackHosts, SecurityHeaders, banner, read_form
 
 log = logging.getLogger("scheduler.console")
 HERE = Path(__file__).parent
@@ -48,9 +48,12 @@ def iso(ms: int | None) -> str:
     return "" if ms is None else from_ms(ms).isoformat(timespec="seconds")
 
 
-def build(client: Client, fleet: pages.Fleet, guard: Guard, audits: AuditRuns | None = None) -> Starlette:
+def build(client: Client, fleet: pages.Fleet, guard: Guard, audits: AuditRuns | None = None,
+          loopback_hosts: bool = False) -> Starlette:
     """The console's ASGI app. ``audits`` gates and keeps the audit runs (default: one
-    over ``client``'s store, anonymous runs at most once a minute)."""
+    over ``client``'s store, anonymous runs at most once a minute). ``loopback_hosts``
+    (for a console bound to a loopback address): answer 400 to any ``Host`` but
+    localhost, 127.x.x.x or [::1]; off, a proxy in front decides which names reach it."""
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.filters.update(iso=iso, ranges=shard_ranges, level=level, levels=levels)
     clock = client.clock
@@ -257,7 +260,9 @@ def build(client: Client, fleet: pages.Fleet, guard: Guard, audits: AuditRuns | 
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
     app = Starlette(routes=routes)
-    app.add_middleware(SecurityHeaders)
+    if loopback_hosts:
+        app.add_middleware(LoopbackHosts)
+    app.add_middleware(SecurityHeaders)  # added last, so outermost: on the 400 of a bad Host too
     return app
 
 

@@ -5,17 +5,20 @@ The headers: a Content-Security-Policy that lets scripts come only from the cons
 own static files (no inline script or handler runs, even if a page ever echoed one),
 no framing (clickjacking), no MIME sniffing, no referrer (page URLs hold job ids), and
 ``Cache-Control: no-store`` on everything but the static files (pages carry the CSRF
-token of a session).
+token of a session). A console bound to a loopback address answers only requests whose
+``Host`` names the loopback (``LoopbackHosts``: no DNS rebinding).
 """
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from starlette.datastructures import FormData, MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
+from starlette.responses import PlainTextResponse
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -64,6 +67,50 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+def local_host(value: str) -> bool:
+    """Whether a ``Host`` header names this machine's loopback: ``localhost``, any
+    ``127.x.x.x`` or ``[::1]``, with or without a port. Pure; False for anything else."""
+    host, port = value.strip().lower(), ""
+    if host.startswith("["):
+        host, _, port = host[1:].partition("]")
+        if port and not port.startswith(":"):
+            return False
+        port = port[1:]
+        try:
+            ok = ipaddress.IPv6Address(host) == ipaddress.IPv6Address("::1")
+        except ValueError:
+            return False
+    else:
+        if ":" in host:
+            host, _, port = host.partition(":")
+        try:
+            ok = host == "localhost" or ipaddress.IPv4Address(host).is_loopback
+        except ValueError:
+            return False
+    return ok and (port == "" or (port.isascii() and port.isdigit() and len(port) <= 5))
+
+
+class LoopbackHosts:
+    """ASGI middleware for a console bound to a loopback address: a request whose
+    ``Host`` is not a loopback name gets 400. A web page the browser loaded from another
+    site cannot then read the console by pointing its own name at 127.0.0.1 (DNS
+    rebinding): the browser sends that name as the Host."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Message]],
+                       send: Callable[[Message], Awaitable[None]]) -> None:
+        if scope["type"] == "http":
+            hosts = [v for k, v in scope.get("headers", []) if k == b"host"]
+            if len(hosts) != 1 or not local_host(hosts[0].decode("latin-1")):
+                response = PlainTextResponse("bad Host header: this console answers only to localhost, "
+                                             "127.0.0.1 or [::1]\n", status_code=400)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 class FormRefused(Exception):

@@ -97,6 +97,13 @@ def test_port_0_prints_the_port_the_system_chose_and_sigterm_stops_it_with_0(sto
 
         wait_until(answers, 30, "the console to answer on the printed port")
         assert statuses == [200]
+        # Bound to loopback: a name that is not (DNS rebinding) is refused.
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        try:
+            conn.request("GET", "/fleet", headers={"Host": f"rebound.example:{port}"})
+            assert conn.getresponse().status == 400
+        finally:
+            conn.close()
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)

@@ -127,3 +127,35 @@ def test_the_largest_page_key_the_store_holds_still_reads(client: Client):
     http = console(client)
     ok = http.get(f"/buckets?at=2026-01-01T00:00:00Z&shard=0&after={2**63 - 1}:x")
     assert ok.status_code == 200
+
+
+@pytest.mark.parametrize(("host", "ok"), [
+    ("localhost", True), ("localhost:9470", True), ("LOCALHOST:1", True), ("127.0.0.1", True),
+    ("127.0.0.1:9470", True), ("127.5.6.7:80", True), ("[::1]", True), ("[::1]:9470", True),
+    ("evil.example", False), ("evil.example:9470", False), ("localhost.evil.example", False),
+    ("127.0.0.1.evil.example", False), ("[::1]evil", False), ("[::2]:9470", False), ("::1", False),
+    ("10.0.0.1:9470", False), ("localhost:port", False), ("localhost:", True), ("", False),
+    ("127.1", False), ("[::ffff:10.0.0.1]", False), ("testserver", False)])
+def test_loopback_host_names(host: str, ok: bool):
+    from scheduler.console.protect import local_host
+
+    assert local_host(host) is ok
+
+
+def test_a_console_on_loopback_answers_only_loopback_host_names(client: Client):
+    fleet = Fleet(client, lambda: None, step_s=1)
+    fleet.sample()
+    app = build(client, fleet, Guard(TOKEN, True), loopback_hosts=True)
+    http = TestClient(app, base_url="http://127.0.0.1:9470")
+    assert http.get("/fleet").status_code == 200
+    for host in ("localhost:9470", "[::1]:9470", "127.0.0.1"):
+        assert http.get("/fleet", headers={"host": host}).status_code == 200, host
+    for host in ("evil.example", "evil.example:9470", "attacker.127.0.0.1.nip.io:9470"):
+        r = http.get("/fleet", headers={"host": host})
+        assert r.status_code == 400 and "bad Host header" in r.text, host
+        assert r.headers.get("x-frame-options") == "DENY"  # the security headers on the refusal too
+        posted = http.post("/login", data={"who": "a", "token": TOKEN}, headers={"host": host},
+                           follow_redirects=False)
+        assert posted.status_code == 400 and COOKIE not in posted.cookies
+    # Not bound to loopback: any Host (the operator's proxy decides), as before.
+    assert console(client).get("/fleet", headers={"host": "evil.example"}).status_code == 200
