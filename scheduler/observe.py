@@ -209,7 +209,7 @@ def shard_ranges(shards: list[int]) -> str:
 def parse_bucket(text: str, width: int) -> int:
     """A bucket's start (epoch seconds) from its epoch seconds or any ISO 8601 time in
     it; ``InvalidInput`` saying which forms are accepted otherwise. Pure."""
-    if text.lstrip("-").isdigit():
+    if text.isascii() and text.lstrip("-").isdigit():  # not "²", which isdigit() but int() refuses
         bucket = int(text)
         if bucket % width:
             raise InvalidInput(f"bucket {bucket} is not a multiple of the bucket width {width} s; "
