@@ -138,6 +138,17 @@ def bucket_job(job_id: str, fire_ms: int, kind: str = "k", shard: int = 0, data:
                fire_ms=fire_ms, bucket=bucket_of_ms(fire_ms, 60), shard=shard)
 
 
+def sqlite_dump(url: str) -> list[str]:
+    """Every row of the embedded store at ``url`` as SQL text: equal dumps, nothing written."""
+    import sqlite3
+
+    db = sqlite3.connect(url.removeprefix("sqlite:///"))
+    try:
+        return list(db.iterdump())
+    finally:
+        db.close()
+
+
 @pytest.fixture(params=["sqlite", "cassandra"])
 def store_kind(request: Any) -> str:
     return str(request.param)

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from scheduler import Client, JobSpec
 
@@ -38,6 +39,19 @@ def kill_all(procs: list[subprocess.Popen[bytes]]) -> None:
     """kill -9 every process still running, and reap it."""
     for p in procs:
         if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def stop_all(procs: list[subprocess.Popen[Any]], timeout: float = 30) -> None:
+    """SIGTERM every process, wait up to ``timeout`` s for each, then kill -9 and reap
+    whichever is still running."""
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
 

@@ -26,7 +26,7 @@ from scheduler.security import Secret
 from scheduler.settings import cassandra_security, zookeeper_security
 from scheduler.store import SchemaOptions
 from tests.handlers import read_records
-from tests.procs import ROOT, free_port, start_poller, wait_until
+from tests.procs import ROOT, free_port, start_poller, stop_all, wait_until
 from tests.secure import (
     SECURE_DIR,
     ZK_PORT,
@@ -125,14 +125,7 @@ def test_the_grep_finds_a_printed_secret(secure_stack):
 def running() -> Iterator[list[subprocess.Popen[Any]]]:
     procs: list[subprocess.Popen[Any]] = []
     yield procs
-    for p in procs:
-        p.terminate()
-    for p in procs:
-        try:
-            p.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+    stop_all(procs)
 
 
 def request(port: int, method: str, path: str, body: dict[str, str] | None = None,

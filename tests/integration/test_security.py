@@ -26,7 +26,7 @@ from scheduler.settings import zookeeper_credentials, zookeeper_security
 from scheduler.store import SchemaOptions
 from scheduler.zkconn import kazoo_client
 from tests.handlers import read_records
-from tests.procs import ROOT, schedule, start_poller, wait_until
+from tests.procs import ROOT, schedule, start_poller, stop_all, wait_until
 from tests.secure import CQL_PORT, ZK_PORT, create_keyspace, open_as, role_env, url_for
 
 OPS = ROOT / "ops" / "secure-stack"
@@ -204,13 +204,7 @@ def test_a_fleet_over_tls_fires_through_password_and_certificate_rotations_the_r
             # up to a bucket): the exporter's older figure may be up to a bucket higher.
             assert -5 < lag - row.lag_s < 10 + 5, (shard, lag, row.lag_s)
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_all(procs)
         client.close()
         store.close()
 

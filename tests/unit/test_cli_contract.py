@@ -24,6 +24,7 @@ from typer.main import get_command
 import scheduler.cli  # noqa: F401  (registers every command)
 from scheduler.cli_common import app
 from scheduler.logs import CHATTY
+from tests.conftest import sqlite_dump as dump
 
 ROOT = get_command(app)
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "CLI.md"
@@ -98,14 +99,6 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> str:
     url = f"sqlite:///{tmp_path_factory.mktemp('good') / 'c.db'}"
     assert ROOT.main(["schema", "apply", "--store", url], "scheduler", standalone_mode=False) == 0
     return url
-
-
-def dump(url: str) -> list[str]:
-    db = sqlite3.connect(url.removeprefix("sqlite:///"))
-    try:
-        return list(db.iterdump())
-    finally:
-        db.close()
 
 
 def invoke(capsys: pytest.CaptureFixture[str], args: list[str]) -> tuple[int, str, str]:

@@ -17,8 +17,7 @@ from scheduler.console.guard import COOKIE, Guard
 from scheduler.console.pages import Fleet
 from scheduler.store import SchemaOptions, Store
 from tests.conftest import make_store
-
-TOKEN = "t0ken-for-the-console-review-tests"
+from tests.unit.test_console_hostile import TOKEN, console, sign_in
 
 
 @pytest.fixture
@@ -30,20 +29,6 @@ def client(request: pytest.FixtureRequest, tmp_path: object) -> Iterator[Client]
     yield c
     c.close()
     store.close()
-
-
-def console(client: Client) -> TestClient:
-    fleet = Fleet(client, lambda: None, step_s=1)
-    fleet.sample()
-    return TestClient(build(client, fleet, Guard(TOKEN, True)))
-
-
-def sign_in(http: TestClient) -> str:
-    r = http.post("/login", data={"who": "alice", "token": TOKEN}, follow_redirects=False)
-    assert r.status_code == 303 and COOKIE in r.cookies
-    found = re.search(r'name="csrf" value="([0-9a-f]+)"', http.get("/dead").text)
-    assert found
-    return found.group(1)
 
 
 def test_refire_refuses_a_window_that_ends_in_the_future(client: Client):

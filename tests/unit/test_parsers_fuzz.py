@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from scheduler.observe import parse_bucket
 from scheduler.recurring import Rule
 from scheduler.recurring.rule import zone
 from scheduler.store import check_store_url, open_store
+from tests.conftest import sqlite_dump as dump
 
 pytestmark = pytest.mark.fuzz
 
@@ -217,14 +217,6 @@ def load_store(tmp_path_factory: pytest.TempPathFactory) -> str:
     st_.apply_schema(SchemaOptions(), SystemClock().now_ms())
     st_.close()
     return url
-
-
-def dump(url: str) -> list[str]:
-    db = sqlite3.connect(url.removeprefix("sqlite:///"))
-    try:
-        return list(db.iterdump())
-    finally:
-        db.close()
 
 
 # Each example runs the whole command on a store: a third of the profile's examples.
