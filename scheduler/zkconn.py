@@ -8,8 +8,9 @@ import contextlib
 import logging
 from typing import Any
 
+from .diagnose import explain_zookeeper
 from .errors import ConfigError, SchedulerError, StoreUnavailable
-from .security import ZkSecurity, explain_zookeeper, is_loopback
+from .security import ZkSecurity, is_loopback
 
 log = logging.getLogger("scheduler.coord")
 

@@ -7,9 +7,9 @@ import re
 from datetime import UTC, datetime
 from urllib.parse import parse_qs, urlparse
 
+from ..diagnose import explain_unauthorized
 from ..errors import ConfigError, PermissionDenied, SchedulerError, StoreUnavailable, WriteTimeout
 from ..keys import to_ms
-from ..security import explain_unauthorized
 
 # Multi-partition IN reads go out in groups of this many keys: one request per group
 # instead of one per key (the client's CPU per request, not the server, is the limit).

@@ -7,8 +7,9 @@ import logging
 import time
 from typing import Any
 
+from ..diagnose import explain_cassandra, first_cause
 from ..errors import AuthenticationError, ConfigError, StoreUnavailable
-from ..security import ROTATION_GAP_S, ROTATION_SETTLE_S, CassandraSecurity, explain_cassandra, first_cause
+from ..security import ROTATION_GAP_S, ROTATION_SETTLE_S, CassandraSecurity
 from .cconf import CassandraUrl
 from .cpolicy import IdempotentRetryPolicy, reconnection_policy
 

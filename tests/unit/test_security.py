@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from scheduler.diagnose import explain_unauthorized
 from scheduler.errors import ConfigError, PermissionDenied
-from scheduler.security import Secret, ZkSecurity, explain_unauthorized, is_loopback
+from scheduler.security import Secret, ZkSecurity, is_loopback
 from scheduler.settings import cassandra_security, zookeeper_security
 from scheduler.store.cconf import CassandraUrl
 from scheduler.zkconn import kazoo_client
@@ -121,7 +122,7 @@ def test_the_role_setup_refuses_a_bad_password_without_echoing_it():
     ("zk1", ("zk1", 2181)), ("zk1:2281", ("zk1", 2281)), ("10.0.0.1,10.0.0.2:9", ("10.0.0.1", 2181)),
     ("[::1]", ("::1", 2181)), ("[::1]:2281,zk2", ("::1", 2281))])
 def test_the_first_zookeeper_address_defaults_to_port_2181(hosts: str, want: tuple[str, int]):
-    from scheduler.security import first_address
+    from scheduler.diagnose import first_address
 
     assert first_address(hosts) == want
 
@@ -130,7 +131,7 @@ def test_the_first_zookeeper_address_defaults_to_port_2181(hosts: str, want: tup
 def test_the_plaintext_probe_answers_false_for_any_host_list_never_a_value_error(hosts: str):
     """A URL without a port (zookeeper://HOST/ROOT) gave 'unexpected ValueError'. Nothing
     listens on a TLS port here (a refused connection or a bad address: False)."""
-    from scheduler.security import probe_plain_is_tls
+    from scheduler.diagnose import probe_plain_is_tls
 
     assert probe_plain_is_tls(hosts, timeout_s=0.5) is False
 
