@@ -61,6 +61,9 @@ def cluster() -> str:
 
 @pytest.fixture
 def cluster_keyspace(cluster: str) -> Iterator[str]:
+    # A fault test before this one may have left a node restarting: a schema change
+    # needs every node up, so no test starts on a ring still settling.
+    wait_all_up(240)
     name = "c_" + uuid.uuid4().hex[:12]
     yield name
     from scheduler.store.cassandra import CassandraStore

@@ -19,6 +19,9 @@ pytestmark = [pytest.mark.cluster3, pytest.mark.fault]
 DOWN_S = 20
 
 
+# Two kills, each followed by a wait for the ring to settle (up to 120 s on a loaded
+# machine), then up to 90 s for the last jobs: more than the default 300 s limit.
+@pytest.mark.timeout(720)
 def test_a_node_killed_and_restarted_twice_under_load(cluster, cluster_keyspace, zookeeper_available,
                                                      tmp_path):
     url = f"cassandra://{cluster}/{cluster_keyspace}"
