@@ -56,9 +56,9 @@ class Sizes:
     storage: tuple[int, int, int]  # jobs/s, retention s, minutes
     enqueue_async_jobs: int = 100_000
     due_now_s: int = 60
-    due_now_cli_batches: int = 20
     sim_restarts: int = 1000  # fleetsim's rolling restart: how many of the 1,000 members
     audit_jobs: int = 1_000_000
+    due_now_cli_batches: int = 20
 
 
 QUICK = Sizes(10_000, 2, 1_000_000, 50_000, 3, 10, 15, 8_000, 24, 100_000, 20.0, 10_000, (500, 30, 3),
