@@ -102,6 +102,10 @@ class PollerMetrics:
         self.nudges_rejected = Counter("scheduler_nudges_rejected",
                                        "Datagrams on the nudge socket that were not valid nudges "
                                        "or raised while applied", registry=r)
+        self.retired_dropped = Counter("scheduler_retired_dropped",
+                                       "Queued rows dropped before dispatch because a producer "
+                                       "retired them (moved or cancelled), as the store confirmed",
+                                       registry=r)
         self.stepped_out = Gauge("scheduler_fleet_stepped_out",
                                  "1 while this poller has left the fleet because the store fails",
                                  registry=r)

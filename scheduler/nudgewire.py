@@ -1,20 +1,34 @@
 """The wire format of nudges (the due-now fast path: ``scheduler/nudger.py`` sends them,
 ``scheduler/poller/nudge.py`` receives them). Pure.
 
-A datagram is JSON: ``{"v": 1, "j": [[shard, bucket, fire_ms, job_id], ...]}``, each entry
-the key of a bucket row a producer just wrote.
+A datagram is JSON::
 
-Datagrams arrive unauthenticated from anyone who reaches the socket, so ``decode`` is
-written for hostile input: a size limit before any parsing, JSON nesting errors turned
-into ``ValueError``, integers that are real integers (not ``true``, not ``1.0``) within
-the ranges the stores hold (a Cassandra ``bigint``; shards below the largest shard
-count), job ids the store could hold, and a bounded number of entries.
+    {"v": 1, "j": [[shard, bucket, fire_ms, job_id], ...], "r": [[shard, bucket, fire_ms, job_id], ...]}
+
+- ``"j"``: keys of bucket rows a producer just wrote, due now: the owner may fire them at
+  their due time.
+- ``"r"`` (optional): keys of bucket rows a producer just *retired* (moved or cancelled;
+  the store marks them done): the owner re-reads them and drops those it still holds
+  queued, once the store confirms they are retired.
+
+``encode`` always writes ``"j"`` (an empty list when there is nothing due now), so a
+poller that predates ``"r"`` reads a datagram of retired rows as an empty nudge and
+ignores it; the version stays 1. A receiver accepts a datagram with ``"j"``, ``"r"`` or
+both (an empty one does nothing).
+
+Datagrams arrive unauthenticated from anyone who reaches the socket, so
+``decode_message`` is written for hostile input: a size limit before any parsing, JSON
+nesting errors turned into ``ValueError``, integers that are real integers (not
+``true``, not ``1.0``) within the ranges the stores hold (a Cassandra ``bigint``; shards
+below the largest shard count), job ids the store could hold, and a bounded number of
+entries over both lists.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from itertools import chain
 
 from .errors import InvalidInput
 from .layout import MAX_SHARD_COUNT
@@ -33,29 +47,61 @@ INT64_MAX = 2**63 - 1
 Entry = tuple[int, int, int, str]
 
 
-def encode(entries: Iterable[Entry]) -> list[bytes]:
-    """Datagrams carrying ``entries``, each at most ``DATAGRAM_BYTES`` and ``MAX_ENTRIES``
-    entries (an entry alone over the size is dropped: its job takes the usual path)."""
+def encode(entries: Iterable[Entry], recheck: Iterable[Entry] = ()) -> list[bytes]:
+    """Datagrams carrying ``entries`` (due now, ``"j"``) and ``recheck`` (retired, ``"r"``),
+    in order, each at most ``DATAGRAM_BYTES`` and ``MAX_ENTRIES`` entries over both lists;
+    none when both are empty. An entry too big for a datagram of its own is dropped (a due
+    job then takes the usual path; a retired row may fire once more, as without nudges)."""
     out: list[bytes] = []
-    batch: list[str] = []
-    size = 0
-    for e in entries:
+    j: list[str] = []
+    r: list[str] = []
+    size = EMPTY_BYTES
+    for is_r, e in chain(((False, e) for e in entries), ((True, e) for e in recheck)):
         item = json.dumps(list(e), separators=(",", ":"))
-        if batch and (size + len(item) + 1 > DATAGRAM_BYTES - 16 or len(batch) >= MAX_ENTRIES):
-            out.append(('{"v":1,"j":[' + ",".join(batch) + "]}").encode())
-            batch, size = [], 0
-        if len(item) + 16 <= DATAGRAM_BYTES:
-            batch.append(item)
-            size += len(item) + 1
-    if batch:
-        out.append(('{"v":1,"j":[' + ",".join(batch) + "]}").encode())
+        if EMPTY_BYTES + _growth(item, is_r, 0, 0) > DATAGRAM_BYTES:
+            continue
+        if (j or r) and (len(j) + len(r) >= MAX_ENTRIES
+                         or size + _growth(item, is_r, len(j), len(r)) > DATAGRAM_BYTES):
+            out.append(_datagram(j, r))
+            j, r, size = [], [], EMPTY_BYTES
+        size += _growth(item, is_r, len(j), len(r))
+        (r if is_r else j).append(item)
+    if j or r:
+        out.append(_datagram(j, r))
     return out
 
 
+# ``{"v":1,"j":[]}``: a datagram's bytes before its entries (``json.dumps`` escapes
+# anything beyond ASCII, so characters are bytes).
+EMPTY_BYTES = 14
+
+
+def _growth(item: str, is_r: bool, n_j: int, n_r: int) -> int:
+    """Bytes ``item`` adds to a datagram holding ``n_j`` and ``n_r`` entries: itself, a
+    comma after another entry of its list, and ``,"r":[]`` for the first retired one."""
+    n = n_r if is_r else n_j
+    return len(item) + (n > 0) + (7 if is_r and n_r == 0 else 0)
+
+
+def _datagram(j: list[str], r: list[str]) -> bytes:
+    # "j" always, even empty: a poller that predates "r" then reads an empty nudge
+    # instead of rejecting the datagram as malformed.
+    text = '{"v":1,"j":[' + ",".join(j) + "]"
+    if r:
+        text += ',"r":[' + ",".join(r) + "]"
+    return (text + "}").encode()
+
+
 def decode(data: bytes) -> list[Entry]:
-    """The entries of a datagram, each valid by ``check_entry``. Raises ``ValueError``
-    (and nothing else) for anything that is not a whole, valid nudge: one bad entry
-    rejects the datagram."""
+    """The due-now entries (``"j"``) of a datagram; see ``decode_message``."""
+    return decode_message(data)[0]
+
+
+def decode_message(data: bytes) -> tuple[list[Entry], list[Entry]]:
+    """The due-now (``"j"``) and retired (``"r"``) entries of a datagram, each valid by
+    ``check_entry``; a missing list is empty. Raises ``ValueError`` (and nothing else) for
+    anything that is not a whole, valid nudge: one bad entry in either list rejects the
+    datagram, and so do more than ``MAX_ENTRIES`` entries over both lists."""
     if len(data) > MAX_DATAGRAM_BYTES:
         raise ValueError(f"{len(data)} bytes; a nudge has at most {MAX_DATAGRAM_BYTES}")
     try:
@@ -66,12 +112,17 @@ def decode(data: bytes) -> list[Entry]:
         raise ValueError(f"not JSON: {exc}") from None
     if not isinstance(msg, dict) or not _is_int(msg.get("v")) or msg["v"] != 1:
         raise ValueError("not a nudge (no version 1)")
-    items = msg.get("j")
-    if not isinstance(items, list):
+    if "j" not in msg and "r" not in msg:
         raise ValueError("not a nudge (no entry list)")
-    if len(items) > MAX_ENTRIES:
-        raise ValueError(f"{len(items)} entries; a nudge has at most {MAX_ENTRIES}")
-    return [check_entry(e) for e in items]
+    lists = []
+    for key in ("j", "r"):
+        items = msg.get(key, [])
+        if not isinstance(items, list):
+            raise ValueError(f"not a nudge ({key!r} is not an entry list)")
+        lists.append(items)
+    if len(lists[0]) + len(lists[1]) > MAX_ENTRIES:
+        raise ValueError(f"{len(lists[0]) + len(lists[1])} entries; a nudge has at most {MAX_ENTRIES}")
+    return [check_entry(e) for e in lists[0]], [check_entry(e) for e in lists[1]]
 
 
 def check_entry(e: object) -> Entry:

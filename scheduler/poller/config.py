@@ -63,4 +63,5 @@ class PollerStats:
     timed_out: int = 0
     abandoned_threads: int = 0
     nudged: int = 0  # due-now jobs taken ahead of the cursor (nudge.py)
+    retired_dropped: int = 0  # queued rows dropped because a producer retired them (nudge.py)
     lost_shards: list[int] = field(default_factory=list)  # every loss, in order

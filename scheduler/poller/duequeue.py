@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterator
 
 from ..model import Job
+from ..progress import Key
 from ..ratelimit import TokenBucket
 
 
@@ -96,6 +97,52 @@ class DueQueue:
             heapq.heapify(self._heap)
         dropped.extend(self._parked.pop(shard, ()))
         return dropped
+
+    def find(self, keys: Collection[Key]) -> dict[Key, Job]:
+        """The queued jobs (in the heap or parked) whose ``(fire_ms, job_id)`` is one of
+        ``keys``. One pass over the queue: for rare checks, not for every job."""
+        if not keys:
+            return {}
+        found = {}
+        for job in self._jobs():
+            key = (job.fire_ms, job.job_id)
+            if key in keys:
+                found[key] = job
+        return found
+
+    def discard(self, job_id: str, fire_ms: int) -> Job | None:
+        """Remove the queued job with this key, if any, and return it (None when it is
+        not queued: dispatched already, or never queued). O(n): a rare operation."""
+        dropped = self.discard_many({(fire_ms, job_id)})
+        return dropped[0] if dropped else None
+
+    def discard_many(self, keys: Collection[Key]) -> list[Job]:
+        """Remove and return the queued jobs whose ``(fire_ms, job_id)`` is one of ``keys``,
+        wherever they wait: in the heap (matched on the job, not on the heap's time: a job
+        taken early waits under its due time) or parked behind its shard's rate. One pass
+        over the queue whatever the number of keys."""
+        if not keys:
+            return []
+        dropped = [e[2] for e in self._heap if (e[2].fire_ms, e[2].job_id) in keys]
+        if dropped:
+            self._heap = [e for e in self._heap if (e[2].fire_ms, e[2].job_id) not in keys]
+            heapq.heapify(self._heap)
+        for shard in list(self._parked):
+            queue = self._parked[shard]
+            if any((j.fire_ms, j.job_id) in keys for j in queue):
+                dropped.extend(j for j in queue if (j.fire_ms, j.job_id) in keys)
+                kept = deque(j for j in queue if (j.fire_ms, j.job_id) not in keys)
+                if kept:
+                    self._parked[shard] = kept
+                else:
+                    del self._parked[shard]
+        return dropped
+
+    def _jobs(self) -> Iterator[Job]:
+        for e in self._heap:
+            yield e[2]
+        for q in self._parked.values():
+            yield from q
 
     def drain(self) -> list[Job]:
         """Remove and return everything (shutdown)."""

@@ -17,8 +17,21 @@ recorded, and it is not queued a second time. A crash before the outcome is reco
 re-fires it, like any row in flight. A lost, late or misdirected datagram (the owner
 changed) costs nothing but the old path: the row fires at its placed time.
 
+Retired rows (the datagram's ``"r"`` list). A producer that moves a job (slow-write
+repair, a reschedule) or cancels it retires its old bucket row (``fired_at`` set), but a
+poller reads a row once: one that queued the old row before the change would fire it,
+and the new row too. So the producer names the retired rows to their owner, which
+re-reads those it still holds *queued* (not yet dispatched) and drops each one the store
+shows retired, marking it complete so the checkpoint can pass it
+(``scheduler_retired_dropped_total``). The store is the authority: a forged entry costs
+at most a read, never a row the store shows pending. A row not queued is left alone: one
+dispatched already runs (the duplicate this cannot prevent), one not read yet is read as
+done by the cursor. What remains is a narrow race: a read of the cursor that returned
+the old row before the change but queues it only after the re-check; then, as when the
+datagram is lost, the old row fires once more (never a loss).
+
 Hostile datagrams. Anyone who reaches the socket can send anything, so nothing a
-datagram holds may end or stall the listener: ``decode`` raises only ``ValueError``;
+datagram holds may end or stall the listener: ``decode_message`` raises only ``ValueError``;
 any exception while decoding or applying is caught per datagram, counted
 (``scheduler_nudges_rejected_total``) and logged once, then summarised; entries that
 cannot name a row this poller could take are skipped without a read; and the listener
@@ -39,11 +52,14 @@ from ..errors import SchedulerError, SchemaError
 from ..faults import Summarised
 from ..keys import bucket_of_ms
 from ..model import OCCURRENCE_PREFIX, Job
-from ..nudgewire import Entry, check_entry, decode, parse_address
+from ..nudgewire import Entry, check_entry, decode_message, parse_address
 from ..progress import Key
 from .shared import Core
 
 log = logging.getLogger("scheduler.poller")
+
+# One decoded datagram: its due-now entries, its re-check entries, and its sender.
+Group = tuple[list[Entry], list[Entry], Any]
 
 # A nudged range is read with this many rows to spare (other jobs placed in between).
 READ_SLACK = 100
@@ -72,14 +88,19 @@ class Nudges:
                                     monotonic=core.clock.monotonic)
         self._traced: set[type[BaseException]] = set()  # error types logged with a traceback
 
-    def apply(self, entries: Iterable[Entry]) -> int:
-        """Queue the nudged rows that qualify (see the module docstring); returns how
-        many. Entries that cannot name a row this poller could take are skipped without
-        a read: malformed ones (``check_entry``), those of shards it does not own, of
-        recurring occurrences, of buckets its cursor has closed, with a bucket that does
-        not hold their fire time, or placed beyond ``now + late margin + 2 x max skew +
-        AHEAD_SLACK_MS``. A store error is reported to ``store_fault`` and the whole
-        group is skipped: its rows take the usual path."""
+    def apply(self, entries: Iterable[Entry], recheck: Iterable[Entry] = ()) -> int:
+        """Queue the nudged rows (``entries``) that qualify (see the module docstring), and
+        drop the queued rows that ``recheck`` names and the store shows retired (see
+        ``_drop``); returns how many rows were queued. Both are read in one call.
+        Entries that cannot name a row this poller could take are skipped without a read:
+        malformed ones (``check_entry``), those of shards it does not own, of recurring
+        occurrences, of buckets its cursor has closed, with a bucket that does not hold
+        their fire time, or placed beyond ``now + late margin + 2 x max skew +
+        AHEAD_SLACK_MS``. Re-check entries are skipped without a read unless they name a
+        row queued in the due queue of a shard this poller owns and reads. A store error
+        is reported to ``store_fault`` and the whole group is skipped: its due rows take
+        the usual path, and its retired rows stay queued (they may fire once more, as
+        without nudges)."""
         core, meta = self.core, self.core.meta
         latest = core.clock.now_ms() + meta.late_margin_ms + 2 * meta.max_skew_ms + AHEAD_SLACK_MS
         wanted: dict[tuple[int, int], set[Key]] = defaultdict(set)
@@ -94,23 +115,77 @@ class Nudges:
                         and fire_ms <= latest and bucket == bucket_of_ms(fire_ms, meta.bucket_width_s)
                         and bucket >= st.progress.read_bucket):
                     wanted[(shard, bucket)].add((fire_ms, job_id))
+            queued = self._queued(recheck)
         parts = [(bucket, shard, (min(k[0] for k in keys) - 1, ""), max(k[0] for k in keys))
                  for (shard, bucket), keys in wanted.items()]
-        limit = min(core.config.read_limit, max(map(len, wanted.values()), default=0) + READ_SLACK)
+        # One exact range per retired position: the rows at that millisecond (job ids are
+        # never empty, so all of them sort after ``(fire_ms, "")``).
+        recheck_parts = [(bucket, shard, (fire_ms, ""), fire_ms) for shard, bucket, fire_ms in queued]
+        sizes = [*map(len, wanted.values()), *map(len, queued.values())]
+        limit = min(core.config.read_limit, max(sizes, default=0) + READ_SLACK)
         try:
-            # One concurrent read of every nudged range: sequential reads made the
-            # listener fall behind a steady stream of nudges.
-            found = core.store.read_buckets(parts, limit) if parts else []
+            # One concurrent read of every range: sequential reads made the listener
+            # fall behind a steady stream of nudges.
+            found = core.store.read_buckets(parts + recheck_parts, limit) if sizes else []
         except SchedulerError as exc:
             core.store_fault.failed(exc)
             return 0
         taken = 0
-        for (bucket, shard, _after, _until), rows in zip(parts, found, strict=True):
+        for (bucket, shard, _after, _until), rows in zip(parts, found[:len(parts)], strict=True):
             taken += self._take(shard, bucket, wanted[(shard, bucket)], rows)
         if taken:
             core.metrics.nudged.inc(taken)
             core.stats.nudged += taken
+        if queued:
+            self._drop(queued, found[len(parts):])
         return taken
+
+    def _queued(self, recheck: Iterable[Entry]) -> dict[tuple[int, int, int], set[Key]]:
+        """The valid ``recheck`` entries that name a job queued in the due queue, in the
+        same shard and bucket, of a shard we own and read, by ``(shard, bucket,
+        fire_ms)``. Call under ``cond``. One pass over the due queue, only when some
+        entry is of such a shard."""
+        core = self.core
+        named: dict[Key, tuple[int, int]] = {}
+        for e in recheck:
+            try:
+                shard, bucket, fire_ms, job_id = check_entry(e)
+            except ValueError:
+                continue
+            st = core.shards.get(shard)
+            if st is not None and st.reading:
+                named[(fire_ms, job_id)] = (shard, bucket)
+        out: dict[tuple[int, int, int], set[Key]] = defaultdict(set)
+        for key, job in core.due.find(named.keys()).items():
+            if named[key] == (job.shard, job.bucket):
+                out[(job.shard, job.bucket, job.fire_ms)].add(key)
+        return out
+
+    def _drop(self, queued: dict[tuple[int, int, int], set[Key]], found: list[list[Job]]) -> int:
+        """Of the rows ``queued`` names (read back as ``found``), remove from the due queue
+        those the store shows retired (``fired_at`` set) that are still queued and of a
+        shard we still own and read, and mark them complete so the checkpoint can pass
+        them; returns how many. The store is the authority: a row it shows pending stays
+        queued whatever a datagram said, and a row dispatched meanwhile is left to run."""
+        core = self.core
+        retired: set[Key] = set()
+        for keys, rows in zip(queued.values(), found, strict=True):
+            retired.update(key for row in rows
+                           if row.fired_ms is not None and (key := (row.fire_ms, row.job_id)) in keys)
+        if not retired:
+            return 0
+        with core.cond:
+            reading = {shard for shard, st in core.shards.items() if st.reading}
+            dropped = core.due.discard_many(
+                {k for (shard, _b, _f), keys in queued.items() if shard in reading for k in keys & retired})
+            for job in dropped:
+                st = core.shards.get(job.shard)
+                if st is not None:  # always (its shard is reading): ids are unique
+                    st.progress.complete(job.bucket, (job.fire_ms, job.job_id))
+            core.stats.retired_dropped += len(dropped)
+        if dropped:
+            core.metrics.retired_dropped.inc(len(dropped))
+        return len(dropped)
 
     def _take(self, shard: int, bucket: int, keys: set[Key], rows: list[Job]) -> int:
         core = self.core
@@ -183,18 +258,18 @@ class Nudges:
                 continue
             self._apply_batch(self._drain(data, source))
 
-    def _drain(self, data: bytes, source: Any) -> list[tuple[list[Entry], Any]]:
-        """The entries of ``data`` and of the datagrams already waiting, per datagram,
-        ``MAX_BATCH`` datagrams at most; those that are not valid nudges are rejected
-        (``_reject``) and left out."""
+    def _drain(self, data: bytes, source: Any) -> list[Group]:
+        """The due-now and re-check entries of ``data`` and of the datagrams already
+        waiting, per datagram, ``MAX_BATCH`` datagrams at most; those that are not valid
+        nudges are rejected (``_reject``) and left out."""
         sock = self.sock
         assert sock is not None
-        groups: list[tuple[list[Entry], Any]] = []
+        groups: list[Group] = []
         sock.setblocking(False)
         try:
             for n in range(1, MAX_BATCH + 1):
                 try:
-                    groups.append((decode(data), source))
+                    groups.append((*decode_message(data), source))
                 except ValueError as exc:
                     self._reject(source, str(exc))
                 except Exception as exc:  # decode promises ValueError: a bug, not the sender's
@@ -209,21 +284,28 @@ class Nudges:
             sock.settimeout(0.2)
         return groups
 
-    def _apply_batch(self, groups: list[tuple[list[Entry], Any]]) -> None:
+    def _apply_batch(self, groups: list[Group]) -> None:
         """Apply the entries of a batch of datagrams together (one read per range). If
         that raises (a bug: store errors are handled by ``apply``), each datagram is
         applied alone, so that one cannot cost the others their fast path, and those that
         raise again are rejected."""
-        if not any(entries for entries, _ in groups):
+        if not any(entries or recheck for entries, recheck, _ in groups):
             return
         try:
-            self.apply([e for entries, _ in groups for e in entries])
+            self._apply([e for entries, _, _ in groups for e in entries],
+                        [e for _, recheck, _ in groups for e in recheck])
         except Exception:
-            for entries, source in groups:
+            for entries, recheck, source in groups:
                 try:
-                    self.apply(entries)  # rows taken by the first try are not taken twice
+                    # Rows taken or dropped by the first try are not taken or dropped twice.
+                    self._apply(entries, recheck)
                 except Exception as exc:
                     self._reject(source, "applying it", exc)
+
+    def _apply(self, entries: list[Entry], recheck: list[Entry]) -> int:
+        # ``apply(entries)`` alone when nothing is to be re-checked: the call as it was
+        # before re-checks, which wrappers of ``apply`` (tests, instrumentation) expect.
+        return self.apply(entries, recheck) if recheck else self.apply(entries)
 
     def _reject(self, source: Any, reason: str, exc: Exception | None = None) -> None:
         """Count a datagram that was not a valid nudge, or that raised: the first is
