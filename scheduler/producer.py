@@ -56,6 +56,11 @@ RETRY_S = 10.0
 T = TypeVar("T")
 # Failed writes whose placement a retry reuses (see Producer._unsure): about 100 bytes each.
 UNSURE_MAX = 100_000
+# Slow-write repair: rounds at most (each only for jobs whose own move was slow), and
+# the most room a moved job gets for its move's own write time (more would put it past
+# the window in which its owner takes a nudge: it would fire that much later).
+REPAIR_ROUNDS = 5
+REPAIR_SLACK_MAX_MS = 1_000
 ProgressFn = Callable[[int], None]
 # A validated job before placement: id, kind, payload, payload is JSON, due ms, jitter s.
 Placeable = tuple[str, str, bytes, bool, int, float]
@@ -211,10 +216,11 @@ class Producer:
 
     def write_chunk(self, jobs: Sequence[Job], progress: ProgressFn | None,
                     keep_existing: bool = False) -> Steps[list[Job]]:
-        # Place near-term jobs again with a fresh clock: a long load must not write a job
-        # whose fire time has come within the late margin since validation.
-        now = self.clock.now_ms()
         existing: dict[str, Job] = yield from call("get_many", [j.job_id for j in jobs])
+        # Place near-term jobs again with a fresh clock, read after the lookup (the first
+        # read of a fresh process can take hundreds of milliseconds): a long load must not
+        # write a job whose fire time has come within the late margin since validation.
+        now = self.clock.now_ms()
         with self._lock:
             unsure = {j.job_id: u for j in jobs
                       if j.job_id not in existing and (u := self._unsure.get(j.job_id)) is not None
@@ -248,8 +254,10 @@ class Producer:
         try:
             if fresh:
                 yield from call("insert_many", fresh, progress)
-            for old, new in moved:
-                yield from call("move", old, new)
+            if moved:
+                yield from call("move_many", moved)
+                if self.nudger is not None:
+                    yield from self.nudger.retire([old for old, _ in moved])
         except (WriteTimeout, StoreUnavailable):
             with self._lock:
                 for job in [*fresh, *(n for _, n in moved)]:
@@ -264,7 +272,7 @@ class Producer:
         if progress and len(placed) > len(fresh):
             progress(len(placed) - len(fresh))
         written = {j.job_id for j in fresh} | {n.job_id for _, n in moved}
-        return (yield from self.repair_slow_writes(result, written))
+        return (yield from self.repair_slow_writes(result, written, now))
 
     def replace_if_near(self, job: Job, now: int) -> Steps[Job]:
         if job.fire_ms >= now + self.meta.late_margin_ms:
@@ -281,23 +289,41 @@ class Producer:
         """
         return job.fire_ms <= ack_ms + self.meta.late_margin_ms - self.meta.max_skew_ms
 
-    def repair_slow_writes(self, result: list[Job], written: set[str]) -> Steps[list[Job]]:
+    def repair_slow_writes(self, result: list[Job], written: set[str], started_ms: int) -> Steps[list[Job]]:
         """Move jobs whose write was acknowledged too late to be safe (a slow write, a
-        long pause) to a fresh position ahead of every cursor. The old row may still
-        fire too: a duplicate, never a loss."""
+        long pause) to a fresh position ahead of every cursor, all in one concurrent round.
+
+        The new position leaves room for the move itself: the time the last write took
+        (up to ``REPAIR_SLACK_MAX_MS``), so a move is repeated only when it is slower than
+        the write before it. After each round the owners are told which old rows were
+        retired (``Nudger.retire``): an owner that already queued one drops it. If that
+        datagram is lost or late, the old row fires too: at most one extra firing per move,
+        never a loss. Store errors propagate (the caller retries the whole write)."""
         out = list(result)
-        for _ in range(5):
+        moved_ids: set[str] = set()
+        pending, rounds = set(written), 0
+        for _ in range(REPAIR_ROUNDS):
             ack = self.clock.now_ms()
-            risky = [i for i, j in enumerate(out) if j.job_id in written and self.at_risk(j, ack)]
+            risky = [i for i, j in enumerate(out) if j.job_id in pending and self.at_risk(j, ack)]
             if not risky:
                 break
+            slack = min(REPAIR_SLACK_MAX_MS, max(0, ack - started_ms))
+            pairs = []
             for i in risky:
                 old = out[i]
-                new = yield from self.replace_if_near(old.evolve(fire_ms=0), ack)
-                yield from call("move", old, new)
+                new = yield from self.replace_if_near(old.evolve(fire_ms=0), ack + slack)
+                pairs.append((old, new))
                 out[i] = new
-            log.warning("moved %d jobs whose write was acknowledged late", len(risky),
-                        extra={"action": "slow_write_repaired", "jobs": len(risky)})
+            yield from call("move_many", pairs)
+            if self.nudger is not None:
+                yield from self.nudger.retire([old for old, _ in pairs])
+            started_ms, rounds = ack, rounds + 1
+            pending = {new.job_id for _, new in pairs}
+            moved_ids |= pending
+        if rounds:
+            log.warning("moved %d jobs whose write was acknowledged late (%d round%s)",
+                        len(moved_ids), rounds, "" if rounds == 1 else "s",
+                        extra={"action": "slow_write_repaired", "jobs": len(moved_ids), "rounds": rounds})
         return out
 
     def reschedule(self, job_id: str, due_at: datetime, jitter_s: float) -> Steps[Job]:
@@ -312,6 +338,8 @@ class Producer:
         yield from self.ensure_marks([new])
         yield from self.retrying(lambda: call("move", old, new))
         if self.nudger is not None:
+            if old.status is Status.PENDING:
+                yield from self.nudger.retire([old])
             yield from self.nudger.nudge([new])
         return new
 
@@ -322,6 +350,8 @@ class Producer:
         if job is None or job.status is not Status.PENDING:
             return False
         yield from self.retrying(lambda: call("cancel", job))
+        if self.nudger is not None:
+            yield from self.nudger.retire([job])
         return True
 
     def replay_dead(self, job_ids: Sequence[str] | None, at: datetime | None) -> Steps[list[Job]]:

@@ -189,7 +189,10 @@ class Nudges:
 
     def _take(self, shard: int, bucket: int, keys: set[Key], rows: list[Job]) -> int:
         core = self.core
-        horizon = core.clock.now_ms() + self.prefetch_ms
+        # Any row due within the window a nudge may name (not only the read horizon): one
+        # due in 2.5 s, placed at now + 3 s, leaves at its due time, not 0.5 s late.
+        meta = core.meta
+        horizon = core.clock.now_ms() + meta.late_margin_ms + 2 * meta.max_skew_ms + AHEAD_SLACK_MS
         n = 0
         with core.cond:
             st = core.shards.get(shard)

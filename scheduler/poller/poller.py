@@ -328,4 +328,5 @@ class Poller:
                 st.move(ShardState.RELEASING)
             self._finish_release(shard, st, save)
         log.info("poller stopped", extra={"action": "poller_stopped", "poller": self.name,
-                                          "fired": core.stats.fired})
+                                          "fired": core.stats.fired, "nudged": core.stats.nudged,
+                                          "retired_dropped": core.stats.retired_dropped})

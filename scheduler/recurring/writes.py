@@ -52,5 +52,5 @@ def write(producer: Producer, jobs: Sequence[Job]) -> Steps[list[Job]]:
         yield from producer.ensure_marks(far)
         written = min(now, *(j.due_ms for j in far)) - margin - WRITE_TIME_SLACK_MS
         yield from call("insert_once", far, written)
-        out += yield from producer.repair_slow_writes(far, {j.job_id for j in far})
+        out += yield from producer.repair_slow_writes(far, {j.job_id for j in far}, now)
     return out

@@ -274,6 +274,13 @@ class Store(ABC):
         tombstone) and write ``new``'s rows, atomically (a logged batch in Cassandra, a
         transaction in SQLite). When both sit at the same key, the row is re-armed."""
 
+    def move_many(self, pairs: Sequence[tuple[Job, Job]]) -> None:
+        """``move`` for each ``(old, new)`` pair, many in flight (each pair atomic on its
+        own). Raises the first error; pairs already applied stay applied, and calling
+        again with the same pairs is safe."""
+        for old, new in pairs:
+            self.move(old, new)
+
     @abstractmethod
     def cancel(self, job: Job) -> None:
         """Retire the job's bucket row (marked done, so a poller skips it: no tombstone in

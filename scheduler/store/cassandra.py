@@ -374,6 +374,11 @@ class CassandraStore(CassandraAsync, CassandraFiring, CassandraOwnership, Cassan
     def move(self, old: Job, new: Job) -> CqlSteps[None]:
         yield Batch(f"rescheduling job {new.job_id!r}", self._move_rows(old, new))
 
+    @dual
+    def move_many(self, pairs: Sequence[tuple[Job, Job]]) -> CqlSteps[None]:
+        yield Many([(self._batch_statement(self._move_rows(o, n)), None) for o, n in pairs],
+                   f"moving {len(pairs)} jobs")
+
     def _move_rows(self, old: Job, new: Job) -> list[tuple[str, tuple[Any, ...]]]:
         ttl = self.job_ttl(new)
         if bucket_key(old) == bucket_key(new):

@@ -1,0 +1,135 @@
+"""Slow-write repair on both stores: a job whose write is acknowledged too late for the
+cursors is moved ahead of them once, in one concurrent round, and moved again only when
+the move itself was slow; the owner is told which old rows were retired."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from scheduler import Client, JobSpec
+from scheduler.clock import FakeClock
+from tests.contract.test_poller_contract import T0, clock, pstore
+
+__all__ = ["clock", "pstore"]  # the fixtures, shared
+
+
+def slow(pstore: Any, clock: FakeClock, monkeypatch: pytest.MonkeyPatch, name: str,
+         delays: list[float]) -> list[Any]:
+    """Make ``pstore.<name>`` acknowledge ``delays[i]`` seconds late on its i-th call
+    (then at once); returns the list of argument tuples it was called with."""
+    real = getattr(pstore, name)
+    seen: list[Any] = []
+
+    def wrapper(*args: Any) -> Any:
+        out = real(*args)
+        seen.append(args)
+        if len(seen) <= len(delays):
+            clock.advance(delays[len(seen) - 1])
+        return out
+
+    monkeypatch.setattr(pstore, name, wrapper)
+    return seen
+
+
+def due_now(n: int) -> list[JobSpec]:
+    return [JobSpec(f"j{i}", T0 + timedelta(milliseconds=20 * i), "k") for i in range(n)]
+
+
+def test_a_slow_write_moves_every_job_once_in_one_round(pstore, clock, monkeypatch, caplog):
+    client = Client(pstore, clock=clock)
+    slow(pstore, clock, monkeypatch, "insert_many", [2.0])
+    moves = slow(pstore, clock, monkeypatch, "move_many", [])
+    with caplog.at_level(logging.WARNING, logger="scheduler.client"):
+        jobs = client.schedule_many(due_now(50))
+    assert len(moves) == 1 and len(moves[0][0]) == 50, "one round, every job once"
+    ack = clock.now_ms()
+    assert all(not client.producer.at_risk(j, ack) for j in jobs)
+    assert {j.job_id: pstore.get(j.job_id).fire_ms for j in jobs} == {j.job_id: j.fire_ms for j in jobs}
+    lines = [r for r in caplog.records if getattr(r, "action", "") == "slow_write_repaired"]
+    assert len(lines) == 1 and lines[0].jobs == 50 and lines[0].rounds == 1
+
+
+def test_the_move_leaves_room_for_its_own_write(pstore, clock, monkeypatch):
+    client = Client(pstore, clock=clock)
+    # The write took 2 s; its move takes 0.9 s: without room for it, every job would
+    # be at risk again and moved a second time.
+    slow(pstore, clock, monkeypatch, "insert_many", [2.0])
+    moves = slow(pstore, clock, monkeypatch, "move_many", [0.9])
+    client.schedule_many(due_now(20))
+    assert len(moves) == 1
+
+
+def test_only_a_slow_move_is_repeated(pstore, clock, monkeypatch):
+    client = Client(pstore, clock=clock)
+    slow(pstore, clock, monkeypatch, "insert_many", [1.0])
+    moves = slow(pstore, clock, monkeypatch, "move_many", [4.0])
+    jobs = client.schedule_many(due_now(10))
+    assert len(moves) == 2, "the first move was slower than its room: one more round"
+    assert [len(m[0]) for m in moves] == [10, 10]
+    ack = clock.now_ms()
+    assert all(not client.producer.at_risk(j, ack) for j in jobs)
+    assert {j.job_id: pstore.get(j.job_id).fire_ms for j in jobs} == {j.job_id: j.fire_ms for j in jobs}
+
+
+def test_a_quick_write_moves_nothing(pstore, clock, monkeypatch):
+    client = Client(pstore, clock=clock)
+    moves = slow(pstore, clock, monkeypatch, "move_many", [])
+    client.schedule_many(due_now(20))
+    assert moves == []
+
+
+def test_an_owner_that_queued_the_old_row_fires_the_job_once(pstore, clock, monkeypatch):
+    from tests.contract.test_due_now_contract import step
+    from tests.contract.test_poller_contract import Recorder, make_poller
+
+    client = Client(pstore, clock=clock)
+    calls = Recorder(clock)
+    poller = make_poller(pstore, clock, calls)
+    pstore.set_notify_endpoint(poller.name, "127.0.0.1:9", clock.now_ms())
+    sent: list[tuple[list[Any], list[Any]]] = []
+    monkeypatch.setattr(client.producer.nudger, "_send",
+                        lambda address, entries, retired: sent.append((entries, retired)))
+    real = pstore.insert_many
+
+    def slow_insert(jobs: Any, progress: Any = None) -> None:
+        real(jobs, progress)
+        clock.advance(1.2)  # within the owner's read horizon by now: it queues the row
+        poller.poll_once()
+        assert len(poller.core.due) == 1
+        clock.advance(0.3)  # acknowledged 1.5 s after placement: at risk, moved
+
+    monkeypatch.setattr(pstore, "insert_many", slow_insert)
+    job = client.schedule("j0", T0, "k")
+    retired = [r for _, rs in sent for r in rs]
+    assert retired and retired[0][3] == "j0" and retired[0][2] != job.fire_ms, "the old row is named"
+    for entries, rs in sent:
+        poller.nudges.apply(entries, rs)
+    step(poller, clock, 10)  # (the new row was nudged: it leaves at its due time)
+    assert [c[0] for c in calls.calls] == ["j0"], "fired once, not at both positions"
+    assert poller.stats.retired_dropped == 1
+
+
+def test_a_job_cancelled_after_its_owner_queued_it_does_not_fire(pstore, clock, monkeypatch):
+    from tests.contract.test_due_now_contract import step
+    from tests.contract.test_poller_contract import Recorder, make_poller
+
+    client = Client(pstore, clock=clock)
+    calls = Recorder(clock)
+    poller = make_poller(pstore, clock, calls)
+    pstore.set_notify_endpoint(poller.name, "127.0.0.1:9", clock.now_ms())
+    sent: list[tuple[list[Any], list[Any]]] = []
+    monkeypatch.setattr(client.producer.nudger, "_send",
+                        lambda address, entries, retired: sent.append((entries, retired)))
+    client.schedule("c0", T0 + timedelta(seconds=10), "k")
+    clock.advance(8.5)
+    poller.poll_once()
+    assert len(poller.core.due) == 1, "read ahead and queued"
+    assert client.cancel("c0")
+    for entries, retired in sent:
+        poller.nudges.apply(entries, retired)
+    step(poller, clock, 5)
+    assert calls.calls == [] and poller.stats.retired_dropped == 1
