@@ -23,6 +23,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any, TypeVar
 
+from . import repair
 from .clock import Clock
 from .effects import Sleep, Steps, call
 from .errors import ConfigError, InvalidInput, JobNotFound, ResizeRefused, StoreUnavailable, WriteTimeout
@@ -56,11 +57,6 @@ RETRY_S = 10.0
 T = TypeVar("T")
 # Failed writes whose placement a retry reuses (see Producer._unsure): about 100 bytes each.
 UNSURE_MAX = 100_000
-# Slow-write repair: rounds at most (each only for jobs whose own move was slow), and
-# the most room a moved job gets for its move's own write time (more would put it past
-# the window in which its owner takes a nudge: it would fire that much later).
-REPAIR_ROUNDS = 5
-REPAIR_SLACK_MAX_MS = 1_000
 ProgressFn = Callable[[int], None]
 # A validated job before placement: id, kind, payload, payload is JSON, due ms, jitter s.
 Placeable = tuple[str, str, bytes, bool, int, float]
@@ -281,50 +277,11 @@ class Producer:
         return (yield from self.place(job.job_id, job.kind, job.data, job.data_json, job.due_ms, 0, now))
 
     def at_risk(self, job: Job, ack_ms: int) -> bool:
-        """Could a poller have read past this job's position before the write was visible?
-
-        A poller reads at most ``late_margin - 2 * max_skew`` ahead of its clock, which is
-        at most ``max_skew`` ahead of ours: positions up to ``ack + margin - max_skew``
-        may already be behind a cursor when the write became visible at ``ack``.
-        """
-        return job.fire_ms <= ack_ms + self.meta.late_margin_ms - self.meta.max_skew_ms
+        return repair.at_risk(self.meta, job, ack_ms)
 
     def repair_slow_writes(self, result: list[Job], written: set[str], started_ms: int) -> Steps[list[Job]]:
-        """Move jobs whose write was acknowledged too late to be safe (a slow write, a
-        long pause) to a fresh position ahead of every cursor, all in one concurrent round.
-
-        The new position leaves room for the move itself: the time the last write took
-        (up to ``REPAIR_SLACK_MAX_MS``), so a move is repeated only when it is slower than
-        the write before it. After each round the owners are told which old rows were
-        retired (``Nudger.retire``): an owner that already queued one drops it. If that
-        datagram is lost or late, the old row fires too: at most one extra firing per move,
-        never a loss. Store errors propagate (the caller retries the whole write)."""
-        out = list(result)
-        moved_ids: set[str] = set()
-        pending, rounds = set(written), 0
-        for _ in range(REPAIR_ROUNDS):
-            ack = self.clock.now_ms()
-            risky = [i for i, j in enumerate(out) if j.job_id in pending and self.at_risk(j, ack)]
-            if not risky:
-                break
-            slack = min(REPAIR_SLACK_MAX_MS, max(0, ack - started_ms))
-            pairs = []
-            for i in risky:
-                old = out[i]
-                new = yield from self.replace_if_near(old.evolve(fire_ms=0), ack + slack)
-                pairs.append((old, new))
-                out[i] = new
-            yield from call("move_many", pairs)
-            if self.nudger is not None:
-                yield from self.nudger.retire([old for old, _ in pairs])
-            started_ms, rounds = ack, rounds + 1
-            pending = {new.job_id for _, new in pairs}
-            moved_ids |= pending
-        if rounds:
-            log.warning("moved %d jobs whose write was acknowledged late (%d round%s)",
-                        len(moved_ids), rounds, "" if rounds == 1 else "s",
-                        extra={"action": "slow_write_repaired", "jobs": len(moved_ids), "rounds": rounds})
-        return out
+        """See ``repair.repair_slow_writes``."""
+        return (yield from repair.repair_slow_writes(self, result, written, started_ms))
 
     def reschedule(self, job_id: str, due_at: datetime, jitter_s: float) -> Steps[Job]:
         """See ``Client.reschedule``."""

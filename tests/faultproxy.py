@@ -5,15 +5,19 @@ others still reach it.
 open connections and new connections are accepted but never answered, so clients see
 timeouts, not refusals. ``restore()`` heals it; connections that were open during the
 cut are closed then (their streams lost bytes, as a real connection would have timed
-out), and clients reconnect. Listens on 127.0.0.1 only. Tested by
+out), and clients reconnect. ``delay_s`` holds what the server sends back that long
+(latency, not a bandwidth limit: chunks behind are not held up further). Listens on
+127.0.0.1 only. Tested by
 ``tests/unit/test_faultproxy.py``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import queue
 import socket
 import threading
+import time
 
 
 class FaultProxy:
@@ -27,6 +31,7 @@ class FaultProxy:
         self._conns: list[tuple[socket.socket, socket.socket | None]] = []
         self._stale: list[socket.socket] = []
         self.accepted = 0
+        self.delay_s = 0.0  # added to every server -> client chunk from now on
         threading.Thread(target=self._accept, name=f"proxy-{self.port}", daemon=True).start()
 
     @property
@@ -85,10 +90,13 @@ class FaultProxy:
                 continue
             with self._lock:
                 self._conns.append((client, upstream))
-            for src, dst in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, True), daemon=True).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, back: bool = False) -> None:
+        held: queue.Queue[tuple[float, bytes] | None] = queue.Queue()
+        if back:
+            threading.Thread(target=self._release, args=(held, dst), daemon=True).start()
         try:
             while True:
                 data = src.recv(65536)
@@ -96,13 +104,28 @@ class FaultProxy:
                     break
                 if self._cut.is_set():
                     continue  # the partition swallows it
-                dst.sendall(data)
+                if (back and self.delay_s > 0) or not held.empty():
+                    held.put((time.monotonic() + self.delay_s, data))  # in order, behind the rest
+                else:
+                    dst.sendall(data)
         except OSError:
             pass
+        held.put(None)
         if not self._cut.is_set():
             # An orderly close on one side ends the connection on both.
             _close(src)
             _close(dst)
+
+
+    def _release(self, held: queue.Queue[tuple[float, bytes] | None], dst: socket.socket) -> None:
+        """Send each held chunk when its time comes (the delayed direction)."""
+        while (item := held.get()) is not None:
+            at, data = item
+            time.sleep(max(0.0, at - time.monotonic()))
+            try:
+                dst.sendall(data)
+            except OSError:
+                return
 
 
 def _close(sock: socket.socket) -> None:

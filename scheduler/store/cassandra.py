@@ -3,8 +3,7 @@ per store object (one per process; never share it across ``fork()``).
 
 Consistency: LOCAL_QUORUM for job writes and bucket reads by default (a LOCAL_ONE read
 that misses a job, followed by a checkpoint advance, would lose it); LOCAL_SERIAL for
-lightweight transactions.
-"""
+lightweight transactions."""
 
 from __future__ import annotations
 
@@ -276,14 +275,15 @@ class CassandraStore(CassandraAsync, CassandraFiring, CassandraOwnership, Cassan
                         f"reading bucket {bucket} shard {shard}")
         return jobs_from_bucket_rows(rows, dt_ms)
 
-    def read_buckets(self, parts: Sequence[PartRange], limit: int) -> list[list[Job]]:
+    @dual
+    def read_buckets(self, parts: Sequence[PartRange], limit: int) -> CqlSteps[list[list[Job]]]:
         stmt = self.prepared("select_bucket_rows")
         items = []
         for bucket, shard, after, until_ms in parts:
             fire_ms, job_id = after if after is not None else (bucket * 1000 - 1, "")
             items.append((stmt, (bucket, shard, fire_ms, job_id, until_ms, limit)))
-        return [jobs_from_bucket_rows(rows, dt_ms)
-                for rows in self._concurrent(items, f"reading {len(items)} bucket ranges")]
+        found = yield Many(items, f"reading {len(items)} bucket ranges")
+        return [jobs_from_bucket_rows(rows, dt_ms) for rows in found]
 
     def pending(self, parts: Sequence[PartRange]) -> list[tuple[int, int | None]]:
         stmt = self.prepared("select_bucket_fired")

@@ -133,3 +133,25 @@ def test_a_job_cancelled_after_its_owner_queued_it_does_not_fire(pstore, clock, 
         poller.nudges.apply(entries, retired)
     step(poller, clock, 5)
     assert calls.calls == [] and poller.stats.retired_dropped == 1
+
+
+def test_a_row_that_fired_before_its_write_was_acknowledged_is_not_moved(pstore, clock, monkeypatch):
+    from tests.contract.test_due_now_contract import step
+    from tests.contract.test_poller_contract import Recorder, make_poller
+
+    client = Client(pstore, clock=clock)
+    calls = Recorder(clock)
+    poller = make_poller(pstore, clock, calls)
+    real = pstore.insert_many
+
+    def very_slow_insert(jobs: Any, progress: Any = None) -> None:
+        real(jobs, progress)
+        step(poller, clock, 4)  # acknowledged after the row's placed time: it fired meanwhile
+        assert [c[0] for c in calls.calls] == ["f0"]
+
+    monkeypatch.setattr(pstore, "insert_many", very_slow_insert)
+    moves = slow(pstore, clock, monkeypatch, "move_many", [])
+    client.schedule("f0", T0, "k")
+    assert moves == [], "a fired row was not lost: moving it would fire it again"
+    step(poller, clock, 10)
+    assert [c[0] for c in calls.calls] == ["f0"]

@@ -72,3 +72,20 @@ def test_a_closed_target_side_closes_the_client_side(echo: int) -> None:
         conn.shutdown(socket.SHUT_WR)
         assert conn.recv(10) == b""
         conn.close()
+
+
+def test_a_delay_holds_the_answers_and_keeps_their_order(echo):
+    import time
+
+    with FaultProxy("127.0.0.1", echo) as proxy, socket.create_connection(("127.0.0.1", proxy.port)) as s:
+        assert roundtrip(s, b"a") == b"a"
+        proxy.delay_s = 0.2
+        t0 = time.monotonic()
+        s.sendall(b"b")
+        s.sendall(b"c")
+        got = b""
+        while len(got) < 2:
+            got += s.recv(16)
+        assert got == b"bc" and time.monotonic() - t0 >= 0.2, "never sooner than the delay"
+        proxy.delay_s = 0.0
+        assert roundtrip(s, b"d") == b"d"

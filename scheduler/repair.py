@@ -1,0 +1,102 @@
+"""Slow-write repair: what the producer does when a write was acknowledged too late for
+the late-write rule (a slow node, a long pause, a fresh process's first statements).
+
+The rule: a producer places a job at ``fire >= now + late_margin``, and a poller reads at
+most ``late_margin - 2 * max_skew`` ahead of its clock. A write visible within
+``max_skew`` of its placement therefore never lands behind a read cursor. A write
+acknowledged later may have: the job is moved to a fresh position ahead of every cursor.
+
+What a move costs, and how that is kept to at most one extra firing per job (usually
+none): the moves of a call go out in one concurrent round; each new position leaves room
+for the move's own write (the last write's time, at most ``SLACK_MAX_MS``), so a job is
+moved again only when its move was slower than the write before it; a row the store
+shows fired or retired already is not moved (it was not lost, and moving a fired row
+fires it again); and after each round the shard owners are told which rows were retired
+(``Nudger.retire``), so one that queued an old row drops it instead of firing it."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Protocol
+
+from .clock import Clock
+from .effects import Steps, call
+from .model import Job
+from .nudger import Nudger
+from .store import StoreMeta
+
+log = logging.getLogger("scheduler.client")
+
+# Rounds at most (each only for jobs whose own move was slow).
+ROUNDS = 5
+# The most room a moved job gets for its move's own write time: more would put it past
+# the window in which its owner takes a nudge, and it would fire that much later.
+SLACK_MAX_MS = 1_000
+# Rows read at one position (one millisecond of one partition) to find a job's own.
+SAME_MS_ROWS = 100
+
+
+class Placer(Protocol):
+    """What repair needs of the producer."""
+
+    meta: StoreMeta
+    clock: Clock
+    nudger: Nudger | None
+
+    def replace_if_near(self, job: Job, now: int) -> Steps[Job]: ...
+
+
+def at_risk(meta: StoreMeta, job: Job, ack_ms: int) -> bool:
+    """Could a poller have read past this job's position before the write was visible?
+
+    A poller reads at most ``late_margin - 2 * max_skew`` ahead of its clock, which is at
+    most ``max_skew`` ahead of ours: positions up to ``ack + margin - max_skew`` may
+    already be behind a cursor when the write became visible at ``ack``."""
+    return job.fire_ms <= ack_ms + meta.late_margin_ms - meta.max_skew_ms
+
+
+def repair_slow_writes(p: Placer, result: list[Job], written: set[str], started_ms: int) -> Steps[list[Job]]:
+    """``result`` with the jobs of ``written`` that are at risk moved ahead of every
+    cursor (see the module docstring). ``started_ms``: the placement time of the write.
+    Store errors propagate: the caller retries the whole write, which is safe (a moved
+    job is found by its lookup row and kept where it is unless at risk again)."""
+    out = list(result)
+    moved: set[str] = set()
+    pending, rounds = set(written), 0
+    for _ in range(ROUNDS):
+        ack = p.clock.now_ms()
+        risky = [i for i, j in enumerate(out) if j.job_id in pending and at_risk(p.meta, j, ack)]
+        if not risky:
+            break
+        done = yield from _done_already([out[i] for i in risky])
+        risky = [i for i in risky if out[i].job_id not in done]
+        if not risky:
+            break
+        slack = min(SLACK_MAX_MS, max(0, ack - started_ms))
+        pairs = []
+        for i in risky:
+            new = yield from p.replace_if_near(out[i].evolve(fire_ms=0), ack + slack)
+            pairs.append((out[i], new))
+            out[i] = new
+        yield from call("move_many", pairs)
+        if p.nudger is not None:
+            yield from p.nudger.retire([old for old, _ in pairs])
+        started_ms, rounds = ack, rounds + 1
+        pending = {new.job_id for _, new in pairs}
+        moved |= pending
+    if rounds:
+        log.warning("moved %d jobs whose write was acknowledged late (%d round%s)",
+                    len(moved), rounds, "" if rounds == 1 else "s",
+                    extra={"action": "slow_write_repaired", "jobs": len(moved), "rounds": rounds})
+    return out
+
+
+def _done_already(jobs: Sequence[Job]) -> Steps[set[str]]:
+    """Ids of ``jobs`` whose bucket row the store shows fired or retired: a poller saw
+    it in time (or someone cancelled or moved it), so it needs no move. One concurrent
+    read of each job's exact position."""
+    parts = [(j.bucket, j.shard, (j.fire_ms - 1, "\U0010ffff"), j.fire_ms) for j in jobs]
+    found: list[list[Job]] = yield from call("read_buckets", parts, SAME_MS_ROWS)
+    return {r.job_id for j, rows in zip(jobs, found, strict=True) for r in rows
+            if r.job_id == j.job_id and r.fired_ms is not None}
