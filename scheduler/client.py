@@ -9,12 +9,14 @@ intended use.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .clock import Clock, SystemClock
 from .effects import Steps, run_sync
+from .errors import StoreUnavailable, WriteTimeout
 from .jobspec import JobSpec
 from .jobview import JobView, describe
 from .layout import Layout, Layouts
@@ -42,7 +44,7 @@ def open_producer(store: Store | str | None, clock: Clock | None, settings: Sett
         st, owns = open_store(settings.require_store(store), concurrency=settings.load_concurrency), True
     try:
         producer = Producer(
-            st.meta(), clock or SystemClock(),
+            read_meta(st, retry_s), clock or SystemClock(),
             max_payload_bytes=max_payload_bytes or settings.max_payload_bytes,
             layout_cache_ttl_s=(settings.layout_cache_ttl_s if layout_cache_ttl_s is None
                                 else layout_cache_ttl_s),
@@ -52,6 +54,22 @@ def open_producer(store: Store | str | None, clock: Clock | None, settings: Sett
             st.close()
         raise
     return st, owns, producer
+
+
+def read_meta(store: Store, retry_s: float) -> StoreMeta:
+    """``store.meta()``, tried again on a timeout or an unavailable store for up to
+    ``retry_s`` seconds (0.1 s apart, doubling to 1 s), as every later call is: a
+    short-lived producer started while a node dies must not fail on its first read."""
+    deadline = time.monotonic() + retry_s
+    delay = 0.1
+    while True:
+        try:
+            return store.meta()
+        except (WriteTimeout, StoreUnavailable):
+            if time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(1.0, delay * 2)
 
 
 class ClientBase:

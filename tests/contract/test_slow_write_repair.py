@@ -155,3 +155,18 @@ def test_a_row_that_fired_before_its_write_was_acknowledged_is_not_moved(pstore,
     assert moves == [], "a fired row was not lost: moving it would fire it again"
     step(poller, clock, 10)
     assert [c[0] for c in calls.calls] == ["f0"]
+
+
+def test_a_client_rides_out_a_store_unavailable_on_its_first_read(pstore, monkeypatch):
+    from scheduler.errors import StoreUnavailable
+
+    real, failures = pstore.meta, [StoreUnavailable("no replica"), StoreUnavailable("no replica")]
+
+    def flaky() -> Any:
+        if failures:
+            raise failures.pop()
+        return real()
+
+    monkeypatch.setattr(pstore, "meta", flaky)
+    client = Client(pstore, retry_s=5)
+    assert failures == [] and client.meta == real()
