@@ -21,7 +21,7 @@ from .jobspec import JobSpec
 from .jobview import JobView, describe
 from .layout import Layout, Layouts
 from .model import Job
-from .producer import RETRY_S, Producer
+from .producer import MIN_TRIES, RETRY_S, Producer
 from .settings import Settings
 from .store import Store, StoreMeta, open_store
 from .store.base import DeadLetter
@@ -61,12 +61,15 @@ def read_meta(store: Store, retry_s: float) -> StoreMeta:
     ``retry_s`` seconds (0.1 s apart, doubling to 1 s), as every later call is: a
     short-lived producer started while a node dies must not fail on its first read."""
     deadline = time.monotonic() + retry_s
-    delay = 0.1
+    delay, tries = 0.1, 0
     while True:
         try:
             return store.meta()
         except (WriteTimeout, StoreUnavailable):
-            if time.monotonic() + delay > deadline:
+            tries += 1
+            # At least MIN_TRIES: one timeout (the driver's 10 s) can use the whole budget
+            # on a node that died a moment ago; the next try goes to another one.
+            if (tries >= MIN_TRIES or retry_s <= 0) and time.monotonic() + delay > deadline:
                 raise
         time.sleep(delay)
         delay = min(1.0, delay * 2)

@@ -54,6 +54,9 @@ NEAR_CHUNK = 200
 NEAR_WINDOW_MS = 30_000
 # How long a call rides out store errors before raising them (Producer.retrying).
 RETRY_S = 10.0
+# Tries at least, whatever retry_s: a single timeout (the driver's request timeout is
+# also 10 s) must not use the whole budget when the next try would go to a live node.
+MIN_TRIES = 3
 T = TypeVar("T")
 # Failed writes whose placement a retry reuses (see Producer._unsure): about 100 bytes each.
 UNSURE_MAX = 100_000
@@ -354,8 +357,9 @@ class Producer:
 
     def retrying(self, make: Callable[[], Steps[T]]) -> Steps[T]:
         """``make()``'s steps, run again on ``WriteTimeout`` or ``StoreUnavailable`` for
-        up to ``retry_s`` seconds (0.1 s apart, doubling to 1 s); then the last error is
-        raised.
+        up to ``retry_s`` seconds (0.1 s apart, doubling to 1 s), and at least
+        ``MIN_TRIES`` times unless ``retry_s`` is 0 (the caller retries); then the last
+        error is raised.
 
         Every operation passed here is idempotent. It rides out the seconds after a
         Cassandra node dies, before the failure detector convicts it, when coordinators
@@ -364,12 +368,13 @@ class Producer:
         that is really down still raises, ``retry_s`` later.
         """
         deadline = time.monotonic() + self.retry_s
-        delay = 0.1
+        delay, tries = 0.1, 0
         while True:
             try:
                 return (yield from make())
             except (WriteTimeout, StoreUnavailable):
-                if time.monotonic() + delay > deadline:
+                tries += 1
+                if (tries >= MIN_TRIES or self.retry_s <= 0) and time.monotonic() + delay > deadline:
                     raise
             yield Sleep(delay)
             delay = min(1.0, delay * 2)
