@@ -31,10 +31,13 @@ from .nudgewire import Entry, encode, parse_address
 log = logging.getLogger("scheduler.client")
 
 OWNERS_TTL_S = 2.0
-# Retired rows worth telling an owner about: those it may hold already. A poller reads
-# at most ``late margin`` ahead (less the skew bound), and the one that took a nudge at
-# most a few seconds more (its ``AHEAD_SLACK_MS``).
-RETIRE_AHEAD_MS = 3_000
+# Rows nudged: those placed up to this far beyond ``now + late margin`` (the late-write
+# rule's position, plus the room slow-write repair gives a moved job; the poller's
+# ``AHEAD_SLACK_MS`` takes them, with time for transit).
+NUDGE_AHEAD_MS = 11_000
+# Retired rows worth telling an owner about: those it may hold already (read ahead by
+# its cursor, or taken on a nudge).
+RETIRE_AHEAD_MS = NUDGE_AHEAD_MS + 2_000
 
 
 class Nudger:
@@ -52,7 +55,7 @@ class Nudger:
         """Nudge the owners of the due-now jobs among ``jobs`` (just written)."""
         now = self.clock.now_ms()
         near = [j for j in jobs if j.status is Status.PENDING and j.due_ms < j.fire_ms
-                and j.fire_ms <= now + self.late_margin_ms + 1000]
+                and j.fire_ms <= now + self.late_margin_ms + NUDGE_AHEAD_MS]
         if near:
             yield from self._refresh(now)
             self._send_all(near, retired=False)
@@ -64,7 +67,8 @@ class Nudger:
         now = self.clock.now_ms()
         near = [j for j in old if j.fire_ms <= now + self.late_margin_ms + RETIRE_AHEAD_MS]
         if near:
-            yield from self._refresh(now)
+            if not self._owners:  # else the map in hand, however old: a retire is urgent
+                yield from self._refresh(now)
             self._send_all(near, retired=True)
 
     def _refresh(self, now: int) -> Steps[None]:

@@ -26,7 +26,15 @@ from typing import Any, TypeVar
 from . import repair
 from .clock import Clock
 from .effects import Sleep, Steps, call
-from .errors import ConfigError, InvalidInput, JobNotFound, ResizeRefused, StoreUnavailable, WriteTimeout
+from .errors import (
+    ConfigError,
+    InvalidInput,
+    JobNotFound,
+    ResizeRefused,
+    SchedulerError,
+    StoreUnavailable,
+    WriteTimeout,
+)
 from .jobspec import JobSpec, spec_from_dict
 from .keys import bucket_of_ms, jitter_ms, shard_of
 from .layout import Layout, Layouts, check_resize, mark_end_for
@@ -254,9 +262,17 @@ class Producer:
             if fresh:
                 yield from call("insert_many", fresh, progress)
             if moved:
-                yield from call("move_many", moved)
-                if self.nudger is not None:
-                    yield from self.nudger.retire([old for old, _ in moved])
+                retire = self.nudger.retire if self.nudger is not None else None
+                try:
+                    yield from call("move_many", moved)
+                except SchedulerError:
+                    # Some pairs may have landed: tell their owners all the same (each
+                    # checks the store before dropping anything).
+                    if retire is not None:
+                        yield from retire([old for old, _ in moved])
+                    raise
+                if retire is not None:
+                    yield from retire([old for old, _ in moved])
         except (WriteTimeout, StoreUnavailable):
             with self._lock:
                 for job in [*fresh, *(n for _, n in moved)]:

@@ -8,8 +8,8 @@ acknowledged later may have: the job is moved to a fresh position ahead of every
 
 What a move costs, and how that is kept to at most one extra firing per job (usually
 none): the moves of a call go out in one concurrent round; each new position leaves room
-for the move's own write (the last write's time, at most ``SLACK_MAX_MS``), so a job is
-moved again only when its move was slower than the write before it; a row the store
+for the move's own write (twice the last write's time, at most ``SLACK_MAX_MS``), so a
+job is moved again only when its move was much slower than the write before it; a row the store
 shows fired or retired already is not moved (it was not lost, and moving a fired row
 fires it again); and after each round the shard owners are told which rows were retired
 (``Nudger.retire``), so one that queued an old row drops it instead of firing it."""
@@ -17,24 +17,26 @@ fires it again); and after each round the shard owners are told which rows were 
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 from collections.abc import Sequence
 from typing import Protocol
 
 from .clock import Clock
 from .effects import Steps, call
+from .errors import SchedulerError
 from .model import Job
-from .nudger import Nudger
+from .nudger import NUDGE_AHEAD_MS, Nudger
 from .store import StoreMeta
 
 log = logging.getLogger("scheduler.client")
 
 # Rounds at most (each only for jobs whose own move was slow).
 ROUNDS = 5
-# The most room a moved job gets for its move's own write time: more would put it past
-# the window in which its owner takes a nudge, and it would fire that much later.
-SLACK_MAX_MS = 1_000
-# Rows read at one position (one millisecond of one partition) to find a job's own.
-SAME_MS_ROWS = 100
+# The most room a moved job gets for its move's own write: within the window in which
+# its owner still takes a nudge (beyond it, the job would fire that much later).
+SLACK_MAX_MS = NUDGE_AHEAD_MS - 1_000
+# Rows read at one position beyond the jobs looked for (others placed at that millisecond).
+SAME_MS_SLACK = 100
 
 
 class Placer(Protocol):
@@ -63,6 +65,7 @@ def repair_slow_writes(p: Placer, result: list[Job], written: set[str], started_
     job is found by its lookup row and kept where it is unless at risk again)."""
     out = list(result)
     moved: set[str] = set()
+    retired: list[Job] = []  # every old row, of every round
     pending, rounds = set(written), 0
     for _ in range(ROUNDS):
         ack = p.clock.now_ms()
@@ -73,18 +76,30 @@ def repair_slow_writes(p: Placer, result: list[Job], written: set[str], started_
         risky = [i for i in risky if out[i].job_id not in done]
         if not risky:
             break
-        slack = min(SLACK_MAX_MS, max(0, ack - started_ms))
+        # Twice the last write's time: a move (a logged batch) is often slower than the
+        # write it repairs, and one that outruns its room costs another round.
+        slack = min(SLACK_MAX_MS, 2 * max(0, ack - started_ms))
         pairs = []
         for i in risky:
             new = yield from p.replace_if_near(out[i].evolve(fire_ms=0), ack + slack)
             pairs.append((out[i], new))
             out[i] = new
-        yield from call("move_many", pairs)
-        if p.nudger is not None:
-            yield from p.nudger.retire([old for old, _ in pairs])
+        retired += [old for old, _ in pairs]
+        try:
+            yield from call("move_many", pairs)
+        except SchedulerError:
+            # Some pairs may have been applied: their owners are told all the same (each
+            # checks the store before dropping anything); the caller retries the write.
+            yield from _retire(p, retired)
+            raise
+        yield from _retire(p, [old for old, _ in pairs])
         started_ms, rounds = ack, rounds + 1
         pending = {new.job_id for _, new in pairs}
         moved |= pending
+    if rounds > 1:
+        # Once more for every round's old rows: a lost datagram would otherwise let one
+        # row per round fire; now each would need two datagrams lost.
+        yield from _retire(p, retired)
     if rounds:
         log.warning("moved %d jobs whose write was acknowledged late (%d round%s)",
                     len(moved), rounds, "" if rounds == 1 else "s",
@@ -92,11 +107,21 @@ def repair_slow_writes(p: Placer, result: list[Job], written: set[str], started_
     return out
 
 
+def _retire(p: Placer, old: list[Job]) -> Steps[None]:
+    if p.nudger is not None and old:
+        yield from p.nudger.retire(old)
+
+
 def _done_already(jobs: Sequence[Job]) -> Steps[set[str]]:
     """Ids of ``jobs`` whose bucket row the store shows fired or retired: a poller saw
     it in time (or someone cancelled or moved it), so it needs no move. One concurrent
-    read of each job's exact position."""
-    parts = [(j.bucket, j.shard, (j.fire_ms - 1, "\U0010ffff"), j.fire_ms) for j in jobs]
-    found: list[list[Job]] = yield from call("read_buckets", parts, SAME_MS_ROWS)
-    return {r.job_id for j, rows in zip(jobs, found, strict=True) for r in rows
-            if r.job_id == j.job_id and r.fired_ms is not None}
+    read per position (jobs placed in one call often share one millisecond)."""
+    at: dict[tuple[int, int, int], set[str]] = defaultdict(set)
+    for j in jobs:
+        at[(j.bucket, j.shard, j.fire_ms)].add(j.job_id)
+    keys = list(at)
+    parts = [(bucket, shard, (fire_ms - 1, ""), fire_ms) for bucket, shard, fire_ms in keys]
+    limit = max(len(ids) for ids in at.values()) + SAME_MS_SLACK
+    found: list[list[Job]] = yield from call("read_buckets", parts, limit)
+    return {r.job_id for key, rows in zip(keys, found, strict=True) for r in rows
+            if r.job_id in at[key] and r.fired_ms is not None}

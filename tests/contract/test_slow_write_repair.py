@@ -172,3 +172,34 @@ def test_a_client_rides_out_a_store_unavailable_on_its_first_read(pstore, monkey
     # again, three times in all.
     client = Client(pstore, retry_s=0.01)
     assert failures == [] and client.meta == real()
+
+
+def test_the_placement_clock_is_read_after_the_lookup(pstore, clock, monkeypatch):
+    client = Client(pstore, clock=clock)
+    slow(pstore, clock, monkeypatch, "get_many", [1.0])  # a fresh process's first read
+    moves = slow(pstore, clock, monkeypatch, "move_many", [])
+    job = client.schedule("p0", T0, "k")
+    assert moves == [], "the write itself was quick: nothing to repair"
+    assert job.fire_ms == clock.now_ms() + client.meta.late_margin_ms
+
+
+def test_a_rescheduled_job_s_queued_old_row_does_not_fire(pstore, clock, monkeypatch):
+    from tests.contract.test_due_now_contract import step
+    from tests.contract.test_poller_contract import Recorder, make_poller
+
+    client = Client(pstore, clock=clock)
+    calls = Recorder(clock)
+    poller = make_poller(pstore, clock, calls)
+    pstore.set_notify_endpoint(poller.name, "127.0.0.1:9", clock.now_ms())
+    sent: list[tuple[list[Any], list[Any]]] = []
+    monkeypatch.setattr(client.producer.nudger, "_send",
+                        lambda address, entries, retired: sent.append((entries, retired)))
+    client.schedule("r0", T0 + timedelta(seconds=10), "k")
+    clock.advance(8.5)
+    poller.poll_once()
+    assert len(poller.core.due) == 1, "read ahead and queued"
+    client.reschedule("r0", T0 + timedelta(minutes=5))
+    for entries, retired in sent:
+        poller.nudges.apply(entries, retired)
+    step(poller, clock, 5)
+    assert calls.calls == [] and poller.stats.retired_dropped == 1
