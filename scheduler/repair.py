@@ -35,6 +35,8 @@ ROUNDS = 5
 # The most room a moved job gets for its move's own write: within the window in which
 # its owner still takes a nudge (beyond it, the job would fire that much later).
 SLACK_MAX_MS = NUDGE_AHEAD_MS - 1_000
+# Rows placed up to this far ahead of the acknowledgement are checked for a firing first.
+DONE_CHECK_AHEAD_MS = 1_000
 # Rows read at one position beyond the jobs looked for (others placed at that millisecond).
 SAME_MS_SLACK = 100
 
@@ -72,7 +74,10 @@ def repair_slow_writes(p: Placer, result: list[Job], written: set[str], started_
         risky = [i for i, j in enumerate(out) if j.job_id in pending and at_risk(p.meta, j, ack)]
         if not risky:
             break
-        done = yield from _done_already([out[i] for i in risky])
+        # Only a row whose time has (nearly) come can have fired: reading the others
+        # would only delay their move, and the retire that must reach the owner first.
+        done = yield from _done_already([out[i] for i in risky
+                                         if out[i].fire_ms <= ack + DONE_CHECK_AHEAD_MS])
         risky = [i for i in risky if out[i].job_id not in done]
         if not risky:
             break
@@ -116,6 +121,8 @@ def _done_already(jobs: Sequence[Job]) -> Steps[set[str]]:
     """Ids of ``jobs`` whose bucket row the store shows fired or retired: a poller saw
     it in time (or someone cancelled or moved it), so it needs no move. One concurrent
     read per position (jobs placed in one call often share one millisecond)."""
+    if not jobs:
+        return set()
     at: dict[tuple[int, int, int], set[str]] = defaultdict(set)
     for j in jobs:
         at[(j.bucket, j.shard, j.fire_ms)].add(j.job_id)
