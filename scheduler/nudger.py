@@ -60,6 +60,14 @@ class Nudger:
             yield from self._refresh(now)
             self._send_all(near, retired=False)
 
+    def prepare(self, jobs: Sequence[Job]) -> Steps[None]:
+        """Before writing ``jobs``: read the owner map now if any may need a nudge or a
+        retire after the write, so that neither waits for it then (a retire must reach
+        the owner before the old row's time)."""
+        now = self.clock.now_ms()
+        if any(j.due_ms <= now + self.late_margin_ms + NUDGE_AHEAD_MS for j in jobs):
+            yield from self._refresh(now)
+
     def retire(self, old: Sequence[Job]) -> Steps[None]:
         """Tell the owners of ``old``'s near-term rows that they were just retired (moved
         or cancelled; the store already shows them done): an owner that queued one before

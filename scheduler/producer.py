@@ -224,6 +224,8 @@ class Producer:
     def write_chunk(self, jobs: Sequence[Job], progress: ProgressFn | None,
                     keep_existing: bool = False) -> Steps[list[Job]]:
         existing: dict[str, Job] = yield from call("get_many", [j.job_id for j in jobs])
+        if self.nudger is not None:
+            yield from self.nudger.prepare(jobs)
         # Place near-term jobs again with a fresh clock, read after the lookup (the first
         # read of a fresh process can take hundreds of milliseconds): a long load must not
         # write a job whose fire time has come within the late margin since validation.

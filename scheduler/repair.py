@@ -69,8 +69,8 @@ def repair_slow_writes(p: Placer, result: list[Job], written: set[str], started_
     moved: set[str] = set()
     retired: list[Job] = []  # every old row, of every round
     pending, rounds = set(written), 0
+    ack = p.clock.now_ms()  # when the write was acknowledged (then: the last move)
     for _ in range(ROUNDS):
-        ack = p.clock.now_ms()
         risky = [i for i, j in enumerate(out) if j.job_id in pending and at_risk(p.meta, j, ack)]
         if not risky:
             break
@@ -97,8 +97,9 @@ def repair_slow_writes(p: Placer, result: list[Job], written: set[str], started_
             # checks the store before dropping anything); the caller retries the write.
             yield from _retire(p, retired)
             raise
+        acked = p.clock.now_ms()  # before the retire: its owner-map read is no write
         yield from _retire(p, [old for old, _ in pairs])
-        started_ms, rounds = ack, rounds + 1
+        started_ms, ack, rounds = ack, acked, rounds + 1
         pending = {new.job_id for _, new in pairs}
         moved |= pending
     if rounds > 1:
