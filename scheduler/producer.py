@@ -66,8 +66,6 @@ RETRY_S = 10.0
 # also 10 s) must not use the whole budget when the next try would go to a live node.
 MIN_TRIES = 3
 T = TypeVar("T")
-# Failed writes whose placement a retry reuses (see Producer._unsure): about 100 bytes each.
-UNSURE_MAX = 100_000
 ProgressFn = Callable[[int], None]
 # A validated job before placement: id, kind, payload, payload is JSON, due ms, jitter s.
 Placeable = tuple[str, str, bytes, bool, int, float]
@@ -95,11 +93,7 @@ class Producer:
         self._layouts: Layouts | None = None
         self._layouts_at = 0.0
         self._marks: dict[int, int] = {}
-        # Placements of writes that failed and may have been applied (WriteTimeout,
-        # StoreUnavailable), by job id: a retry of the same call writes the same rows
-        # again instead of placing a near-term job anew, which would leave the first
-        # attempt's bucket row behind to fire a second time. Oldest dropped first.
-        self._unsure: dict[str, Job] = {}
+        self.unsure = repair.Unsure()  # failed writes' placements, for their retries
         # The due-now fast path: tell shard owners about jobs placed by the late-write rule.
         self.nudger = Nudger(clock, meta.late_margin_ms) if nudge else None
 
@@ -230,13 +224,9 @@ class Producer:
         # read of a fresh process can take hundreds of milliseconds): a long load must not
         # write a job whose fire time has come within the late margin since validation.
         now = self.clock.now_ms()
-        with self._lock:
-            unsure = {j.job_id: u for j in jobs
-                      if j.job_id not in existing and (u := self._unsure.get(j.job_id)) is not None
-                      and u.due_ms == j.due_ms and u.kind == j.kind and u.data == j.data}
-        # A job whose earlier write may have landed keeps that placement (its rows are
-        # written again, an idempotent upsert); repair_slow_writes then moves it if it
-        # is no longer safe there, retiring the earlier row in the same batch.
+        # A job whose earlier write or move may have landed keeps that placement (see
+        # repair.Unsure); repair_slow_writes then moves it if it is no longer safe there.
+        unsure = self.unsure.reuse(jobs, existing)
         placed = []
         for j in jobs:
             placed.append(unsure.get(j.job_id) or (yield from self.replace_if_near(j, now)))
@@ -276,20 +266,14 @@ class Producer:
                 if retire is not None:
                     yield from retire([old for old, _ in moved])
         except (WriteTimeout, StoreUnavailable):
-            with self._lock:
-                for job in [*fresh, *(n for _, n in moved)]:
-                    self._unsure[job.job_id] = job
-                while len(self._unsure) > UNSURE_MAX:
-                    del self._unsure[next(iter(self._unsure))]
+            self.unsure.note([*fresh, *(n for _, n in moved)])
             raise
-        if unsure:
-            with self._lock:
-                for job_id in unsure:
-                    self._unsure.pop(job_id, None)
         if progress and len(placed) > len(fresh):
             progress(len(placed) - len(fresh))
         written = {j.job_id for j in fresh} | {n.job_id for _, n in moved}
-        return (yield from self.repair_slow_writes(result, written, now))
+        out = yield from self.repair_slow_writes(result, written, now)
+        self.unsure.forget(unsure)  # written (a failed repair round noted its own)
+        return out
 
     def replace_if_near(self, job: Job, now: int) -> Steps[Job]:
         if job.fire_ms >= now + self.meta.late_margin_ms:

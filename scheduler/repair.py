@@ -17,8 +17,9 @@ fires it again); and after each round the shard owners are told which rows were 
 from __future__ import annotations
 
 import logging
+import threading
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 from .clock import Clock
@@ -39,6 +40,49 @@ SLACK_MAX_MS = NUDGE_AHEAD_MS - 1_000
 DONE_CHECK_AHEAD_MS = 1_000
 # Rows read at one position beyond the jobs looked for (others placed at that millisecond).
 SAME_MS_SLACK = 100
+# Failed writes whose placement a retry reuses (Unsure): about 100 bytes each.
+UNSURE_MAX = 100_000
+
+
+class Unsure:
+    """Placements of writes that failed but may have been applied (WriteTimeout,
+    StoreUnavailable), or may be yet: a logged batch that reached the batchlog is
+    replayed later, possibly after the retry. A retry of the same job (same due time,
+    kind and payload) writes these rows again, an idempotent upsert newer than the
+    batch; placing it anew would leave the batch's bucket row armed beside the new one,
+    to fire a second time. Oldest dropped past ``UNSURE_MAX``. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: dict[str, Job] = {}
+
+    def note(self, jobs: Iterable[Job]) -> None:
+        with self._lock:
+            for job in jobs:
+                self._jobs.pop(job.job_id, None)  # re-inserted: newest last
+                self._jobs[job.job_id] = job
+            while len(self._jobs) > UNSURE_MAX:
+                del self._jobs[next(iter(self._jobs))]
+
+    def reuse(self, jobs: Iterable[Job], stored: Mapping[str, Job]) -> dict[str, Job]:
+        """The noted placements of ``jobs`` to write again: same job, and not the row
+        ``stored`` (the lookup) already points at."""
+        with self._lock:
+            return {j.job_id: u for j in jobs
+                    if (u := self._jobs.get(j.job_id)) is not None
+                    and (u.due_ms, u.kind, u.data) == (j.due_ms, j.kind, j.data)
+                    and not _same_row(u, stored.get(j.job_id))}
+
+    def forget(self, job_ids: Iterable[str]) -> None:
+        with self._lock:
+            for job_id in job_ids:
+                self._jobs.pop(job_id, None)
+
+
+def _same_row(job: Job, other: Job | None) -> bool:
+    def row(j: Job) -> tuple[int, int, int]:
+        return j.bucket, j.shard, j.fire_ms
+    return other is not None and row(other) == row(job)
 
 
 class Placer(Protocol):
@@ -49,6 +93,8 @@ class Placer(Protocol):
     nudger: Nudger | None
 
     def replace_if_near(self, job: Job, now: int) -> Steps[Job]: ...
+
+    unsure: Unsure
 
 
 def at_risk(meta: StoreMeta, job: Job, ack_ms: int) -> bool:
@@ -93,8 +139,10 @@ def repair_slow_writes(p: Placer, result: list[Job], written: set[str], started_
         try:
             yield from call("move_many", pairs)
         except SchedulerError:
-            # Some pairs may have been applied: their owners are told all the same (each
-            # checks the store before dropping anything); the caller retries the write.
+            # Some pairs may have been applied (or may be yet, from the batchlog): the
+            # retry writes the same new rows, and the owners are told all the same (each
+            # checks the store before dropping anything).
+            p.unsure.note([new for _, new in pairs])
             yield from _retire(p, retired)
             raise
         acked = p.clock.now_ms()  # before the retire: its owner-map read is no write

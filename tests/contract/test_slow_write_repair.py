@@ -203,3 +203,44 @@ def test_a_rescheduled_job_s_queued_old_row_does_not_fire(pstore, clock, monkeyp
         poller.nudges.apply(entries, retired)
     step(poller, clock, 5)
     assert calls.calls == [] and poller.stats.retired_dropped == 1
+
+
+@pytest.mark.parametrize("fails_in", ["repair", "move"])
+def test_a_retry_of_a_failed_move_writes_the_same_rows(pstore, clock, monkeypatch, fails_in):
+    """A logged batch that failed may still be applied later, from the batchlog: a retry
+    that placed the job anew would leave that batch's row armed beside its own. So the
+    retry moves the job to the very rows the failed move wrote."""
+    from scheduler.errors import StoreUnavailable
+
+    client = Client(pstore, clock=clock)
+    if fails_in == "move":
+        # The first write landed late; the call is made again (a caller's retry), and
+        # its move of the at-risk rows fails.
+        slow(pstore, clock, monkeypatch, "insert_many", [2.0])
+        def no_repair(result: Any, *_: Any) -> Any:
+            return result
+            yield  # a generator of no effects
+
+        monkeypatch.setattr(client.producer, "repair_slow_writes", no_repair)
+        client.schedule_many(due_now(10))
+        monkeypatch.undo()
+        slow(pstore, clock, monkeypatch, "get_many", [2.0])
+    else:
+        slow(pstore, clock, monkeypatch, "insert_many", [2.0])
+    real, tried = pstore.move_many, []
+
+    def fails_once(pairs: Any) -> Any:
+        tried.append([new for _, new in pairs])
+        if len(tried) == 1:
+            clock.advance(0.3)  # the failure took time: a fresh placement would differ
+            raise StoreUnavailable("moving failed: no host answered")
+        return real(pairs)
+
+    monkeypatch.setattr(pstore, "move_many", fails_once)
+    jobs = client.schedule_many(due_now(10))
+    assert len(tried) >= 2
+    rows = lambda moved: {j.job_id: (j.bucket, j.shard, j.fire_ms) for j in moved}  # noqa: E731
+    assert rows(tried[1]) == rows(tried[0]), "the retry moved each job to the same row"
+    armed = [r for bucket, shard in {(j.bucket, j.shard) for j in jobs}
+             for r in pstore.read_bucket(bucket, shard, None, 2**62, 1000) if r.fired_at is None]
+    assert sorted(r.job_id for r in armed) == sorted({r.job_id for r in armed}), "one armed row each"
