@@ -53,4 +53,8 @@ __all__ = [
     "WriteTimeout",
     "run_poller",
 ]
+
+# The one source of the version: pyproject.toml reads this literal (setuptools `attr:`) for
+# the distribution's metadata. Keep it a plain string literal, which setuptools can read
+# without importing the package.
 __version__ = "0.1.0"
