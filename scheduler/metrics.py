@@ -4,8 +4,10 @@ in one process, as in the demo). ``serve`` exposes them over HTTP."""
 from __future__ import annotations
 
 import contextlib
+import threading
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import (
     CollectorRegistry,
@@ -18,6 +20,9 @@ from prometheus_client import (
 from prometheus_client.core import HistogramMetricFamily, Metric
 
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
 
 LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
 
@@ -116,17 +121,38 @@ class PollerMetrics:
             self.checkpoint_lag.remove(str(shard))
 
 
-def serve(metrics: PollerMetrics, address: str) -> str | None:
-    """Serve a poller's ``/metrics`` on ``address`` (``off`` serves nothing)."""
+class MetricsServer:
+    """A ``/metrics`` HTTP server running in a thread of its own, and the address it bound."""
+
+    def __init__(self, server: WSGIServer, thread: threading.Thread, address: str) -> None:
+        self._server, self._thread, self.address = server, thread, address
+
+    def close(self) -> None:
+        """Stop serving and free the port (the listening socket is closed, so the same
+        address can be bound again at once); idempotent."""
+        if self._thread.is_alive():
+            self._server.shutdown()  # returns once serve_forever has (it checks every 0.5 s)
+            self._thread.join()
+        self._server.server_close()
+
+
+def serve(metrics: PollerMetrics, address: str) -> MetricsServer | None:
+    """Serve a poller's ``/metrics`` on ``address`` (``off`` serves nothing); the caller
+    closes the server. Raises ``ConfigError`` as ``start_server``."""
     if address == "off":
         return None
-    return serve_registry(metrics.registry, address)
+    return start_server(metrics.registry, address)
 
 
 def serve_registry(registry: CollectorRegistry, address: str) -> str:
+    """``start_server`` for a process that serves until it exits: the address bound."""
+    return start_server(registry, address).address
+
+
+def start_server(registry: CollectorRegistry, address: str) -> MetricsServer:
     """Serve ``/metrics`` on ``HOST:PORT`` (a bare ``PORT`` or ``:PORT`` binds 127.0.0.1;
-    port 0 picks a free one) and return the address bound. Raises ``ConfigError`` for a
-    malformed or unusable address."""
+    port 0 picks a free one). Raises ``ConfigError`` for a malformed or unusable address,
+    having bound nothing."""
     from prometheus_client import start_http_server
 
     host, _, port = address.rpartition(":")
@@ -134,8 +160,8 @@ def serve_registry(registry: CollectorRegistry, address: str) -> str:
     if not port.isdigit() or int(port) > 65535:
         raise ConfigError(f"metrics address {address!r} is not HOST:PORT (e.g. 127.0.0.1:9460, or off)")
     try:
-        server, _thread = start_http_server(int(port), addr=host, registry=registry)
+        server, thread = start_http_server(int(port), addr=host, registry=registry)
     except OSError as exc:
         raise ConfigError(f"cannot serve metrics on {host}:{port}: {exc.strerror}; "
                           "pass another HOST:PORT (or off)") from None
-    return f"{host}:{server.server_port}"
+    return MetricsServer(server, thread, f"{host}:{server.server_port}")

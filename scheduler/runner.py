@@ -10,11 +10,14 @@ process's exit code:
 | 4 | the poller failed: an internal thread crashed, or too many handlers hung | restart it |
 
 Bad settings raise ``SchedulerError`` (``ConfigError``...) before anything starts;
-``scheduler run`` prints them as one line and exits 1.
+``scheduler run`` prints them as one line and exits 1. What it opened (the store and the
+coordinator it was given as URLs, the metrics server, the poller, its signal handlers)
+is closed on every way out, a start-up that fails half-way included.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import threading
@@ -61,49 +64,17 @@ def run_poller(app: App | Handler, *, settings: Settings | None = None,
         raise InvalidInput("store_failure_release_s must be >= 0 (0: never release)")
     the_app = app if isinstance(app, App) else App.for_function(app)
     the_app.is_async()  # a mixed app is refused before anything starts
-    st = store if isinstance(store, Store) else open_store(settings.require_store(store))
-    owns_store = not isinstance(store, Store)
-    fixed = None if shards is None else sorted(set(shards))
-    if fixed is not None:
-        try:
-            check_fixed_shards(fixed, st.layouts().all_shards())
-        except BaseException:
-            if owns_store:
-                st.close()
-            raise
-    coord = None
-    if fixed is None:
-        coord = (open_coordinator(coordinator or settings.coordinator, session_timeout_s=session_timeout_s)
-                 if coordinator is None or isinstance(coordinator, str) else coordinator)
-    metrics = PollerMetrics()
-    bound = serve(metrics, metrics_address or settings.metrics_address)
-    if config is None:
-        config = PollerConfig(notify_address=settings.notify_address)
-    poller = Poller(st, the_app, name=name, metrics=metrics, config=config)
     stop = stop or threading.Event()
-    if install_signals and threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
-    fleet = None
-    if coord is None:
-        poller.start(fixed or ())
-        say(f"{poller.name}: polling shards {_spans(fixed or [])} of {st.url}")
-    else:
-        fleet = Fleet(poller, coord, store_release_s=store_failure_release_s)
-        fleet.start()
-        where = coordinator if isinstance(coordinator, str) else settings.coordinator
-        say(f"{poller.name}: joined the fleet ({where}) on {st.url}")
-    if bound:
-        say(f"{poller.name}: metrics on http://{bound}/metrics")
-    while not stop.wait(0.5):
-        if poller.failed.is_set() or (fleet is not None and fleet.ended.is_set()):
-            break
-    if fleet is None:
-        poller.stop()
-    else:
-        fleet.stop()
-    if owns_store:
-        st.close()
+    with contextlib.ExitStack() as opened:
+        # Whatever is opened here is closed on every way out, in reverse order: a
+        # start-up step that fails (the coordinator unreachable, the metrics port taken,
+        # no schema) leaves nothing open, and neither does an exception while it runs.
+        poller, fleet = _start(the_app, settings, store, shards, coordinator, config, name,
+                               metrics_address, session_timeout_s, store_failure_release_s,
+                               stop, install_signals, say, opened)
+        while not stop.wait(0.5):
+            if poller.failed.is_set() or (fleet is not None and fleet.ended.is_set()):
+                break
     if poller.failure is not None:
         say(f"{poller.name}: {poller.failure}; exiting {EXIT_FAILED} so a supervisor restarts it")
         return EXIT_FAILED
@@ -112,6 +83,67 @@ def run_poller(app: App | Handler, *, settings: Settings | None = None,
             "restarts it")
         return EXIT_SESSION_LOST
     return EXIT_OK
+
+
+def _start(app: App, settings: Settings, store: Store | str | None, shards: Iterable[int] | None,
+           coordinator: Coordinator | str | None, config: PollerConfig | None, name: str | None,
+           metrics_address: str | None, session_timeout_s: float, store_failure_release_s: float,
+           stop: threading.Event, install_signals: bool, say: Callable[[str], None],
+           opened: contextlib.ExitStack) -> tuple[Poller, Fleet | None]:
+    """``run_poller``'s start-up: each thing it opens or starts has its close pushed on
+    ``opened`` as soon as it exists (a poller's or fleet's stop before the start, which
+    may fail half-way), so the caller's exit closes them whether this returns or raises.
+    A store given as an object is the caller's to close; a coordinator given as an object
+    is stopped only by the fleet's stop, once a fleet was made with it (as on a planned
+    stop)."""
+    if isinstance(store, Store):
+        st = store
+    else:
+        st = open_store(settings.require_store(store))
+        opened.callback(st.close)
+    fixed = None if shards is None else sorted(set(shards))
+    if fixed is not None:
+        check_fixed_shards(fixed, st.layouts().all_shards())
+    coord: Coordinator | None = None
+    fleet: Fleet | None = None
+    if fixed is None:
+        if coordinator is None or isinstance(coordinator, str):
+            coord = open_coordinator(coordinator or settings.coordinator, session_timeout_s=session_timeout_s)
+            opened.callback(_stop_unless_fleet, coord, lambda: fleet)
+        else:
+            coord = coordinator
+    metrics = PollerMetrics()
+    server = serve(metrics, metrics_address or settings.metrics_address)
+    if server is not None:
+        opened.callback(server.close)
+    if config is None:
+        config = PollerConfig(notify_address=settings.notify_address)
+    if install_signals and threading.current_thread() is threading.main_thread():
+        # Restored after the poller's stop (pushed later, so run earlier): a second
+        # SIGTERM while it stops gracefully must not end the process.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            opened.callback(signal.signal, sig, signal.signal(sig, lambda *_: stop.set()))
+    poller = Poller(st, app, name=name, metrics=metrics, config=config)
+    opened.callback(poller.stop)  # also when its start fails half-way; after the fleet's, a no-op
+    if coord is None:
+        poller.start(fixed or ())
+        say(f"{poller.name}: polling shards {_spans(fixed or [])} of {st.url}")
+    else:
+        fleet = Fleet(poller, coord, store_release_s=store_failure_release_s)
+        opened.callback(fleet.stop)
+        fleet.start()
+        where = coordinator if isinstance(coordinator, str) else settings.coordinator
+        say(f"{poller.name}: joined the fleet ({where}) on {st.url}")
+    if server is not None:
+        say(f"{poller.name}: metrics on http://{server.address}/metrics")
+    return poller, fleet
+
+
+def _stop_unless_fleet(coord: Coordinator, fleet: Callable[[], Fleet | None]) -> None:
+    """Stop a coordinator ``run_poller`` opened, unless a fleet was made with it: the
+    fleet's stop stops it (a second stop is not promised to be harmless)."""
+    if fleet() is None:
+        coord.stop()
 
 
 def check_fixed_shards(shards: list[int], count: int) -> None:

@@ -99,7 +99,9 @@ class AsyncWorkers:
         def last() -> None:
             self._flush()
             self.loop.stop()
-        if not self.loop.is_closed():
+        if not self.threads:  # never started (a poller whose start failed): nothing ran on it
+            self.loop.close()
+        elif not self.loop.is_closed():
             self.loop.call_soon_threadsafe(last)
 
     # --- on the loop ----------------------------------------------------------------
