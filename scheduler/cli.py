@@ -28,6 +28,7 @@ from .cli_common import (
     emit,
     errors,
     fail,
+    given_options,
     job_table,
     parse_at,
     plain,
@@ -181,6 +182,7 @@ def split_lines(text: str) -> list[str]:
 
 @app.command()
 def run(
+    ctx: typer.Context,
     handler: Annotated[str | None, typer.Option(help="module:function receiving every job.")] = None,
     app_: Annotated[str | None, typer.Option("--app", help="module:app, a scheduler.App.")] = None,
     shards: Annotated[str | None, typer.Option(
@@ -255,7 +257,9 @@ def run(
                 # every shard.
                 raise InvalidInput("--processes needs a ZooKeeper fleet: pass --coordinator "
                                    "zookeeper://HOST:PORT/ROOT (or set SCHEDULER_COORDINATOR)")
-            argv = sys.argv[sys.argv.index("run") + 1:]
+            # Each member gets this command's options but those the supervisor sets per
+            # member; rebuilt from what was parsed: sys.argv may hold other words "run".
+            argv = given_options(ctx, leave_out=("processes", "metrics_address", "name"))
             raise typer.Exit(supervise(count, argv, metrics_address or settings.metrics_address,
                                        settings.notify_address or "off", name,
                                        lambda line: typer.echo(line, err=True)))

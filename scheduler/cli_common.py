@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Annotated, Any, TypeVar
 
@@ -207,6 +207,33 @@ def client_for(store: str | None) -> Any:
         raise
     client._owns_store = True  # opened here, so the client's close is its close
     return client
+
+
+def given_options(ctx: typer.Context, leave_out: Collection[str] = ()) -> list[str]:
+    """The options ``ctx``'s command line gave (not defaults), as arguments for the same
+    command in another process: one ``--name=VALUE`` word each (so a value that starts
+    with ``-`` or reads ``run`` stays a value), a flag as its name, in the command's
+    order; ``leave_out``: parameter names to drop. Built from the parsed values, not from
+    ``sys.argv`` (which may hold a program's own arguments): each option's type and
+    callback must accept its parsed value again, as those of ``run`` do."""
+    out: list[str] = []
+    for param in ctx.command.params:
+        name = param.name
+        if param.param_type_name != "option" or name is None or name in leave_out:
+            continue
+        source = ctx.get_parameter_source(name)
+        if source is None or source.name != "COMMANDLINE":  # a default, or the environment's
+            continue
+        value = ctx.params[name]
+        long = next((o for o in param.opts if o.startswith("--")), param.opts[0])
+        if getattr(param, "is_flag", False):
+            off = next(iter(param.secondary_opts), None)
+            out += [long] if value else [off] if off is not None else []
+            continue
+        if param.nargs != 1:
+            raise TypeError(f"{long}: options of several values are not rebuilt")
+        out += [f"{long}={v}" for v in (value if param.multiple else (value,))]
+    return out
 
 
 def check_coordinator(url: str | None) -> str:
