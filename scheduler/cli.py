@@ -202,8 +202,8 @@ def run(
         help="How long a handler call may run before it counts as failed (a kind's own "
              "timeout_s wins; 0: no limit).")] = "10m",
     poll_interval: Annotated[str, typer.Option(metavar=DURATION, help="Time between polls.")] = "1s",
-    max_rate: Annotated[float | None, typer.Option(help="Jobs/s this poller releases.")] = None,
-    max_shard_rate: Annotated[float | None, typer.Option(help="Jobs/s released per shard.")] = None,
+    max_rate: Annotated[float | None, typer.Option(help="Jobs/s this poller dispatches to handlers.")] = None,
+    max_shard_rate: Annotated[float | None, typer.Option(help="Jobs/s dispatched per shard.")] = None,
     metrics_address: Annotated[str | None, typer.Option(
         help="Serve /metrics on HOST:PORT, or off (default $SCHEDULER_METRICS_ADDRESS, "
              "else 127.0.0.1:9460).")] = None,

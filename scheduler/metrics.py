@@ -85,7 +85,7 @@ class PollerMetrics:
         self.clock_refusing = Gauge("scheduler_clock_refusing",
                                     "1 while firing is refused for clock skew", registry=r)
         self.throttled = Counter("scheduler_release_throttled",
-                                 "Due jobs held back by the release-rate bound", registry=r)
+                                 "Due jobs held back by the dispatch-rate bound", registry=r)
         self.buffered = Gauge("scheduler_buffered_jobs", "Jobs read and not yet complete", registry=r)
         self.store_failing = Gauge("scheduler_store_failing_seconds",
                                    "Seconds since the store's calls started failing (0: healthy)",

@@ -20,8 +20,8 @@ class PollerConfig:
     # Handlers running at once: worker threads, or coroutines for an async app.
     concurrency: int = 16
     queue_ahead: int = 256  # due jobs waiting for a free worker, beyond the running ones
-    max_rate: float | None = None  # jobs/s released by this poller
-    max_shard_rate: float | None = None  # jobs/s released per shard
+    max_rate: float | None = None  # jobs/s dispatched by this poller
+    max_shard_rate: float | None = None  # jobs/s dispatched per shard
     # Rows read and not yet complete, at most: bounds memory whatever the backlog.
     max_buffered: int = 20_000
     shutdown_timeout_s: float = 10.0

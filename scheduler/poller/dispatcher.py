@@ -1,6 +1,6 @@
 """The dispatcher: sleeps until the oldest queued job is due by the wall clock, then
 hands it to the handlers (worker threads, or the event loop of an async app), within
-the release-rate bounds and the in-flight cap.
+the dispatch-rate bounds and the in-flight cap.
 
 A job leaves the due queue only when ``now >= fire time`` by the poller's clock, only
 while the lease holds, and never while firing is refused (clock skew) or stopping.
@@ -13,7 +13,7 @@ from typing import Protocol
 from ..model import OCCURRENCE_PREFIX, Job
 from .shared import Core
 
-# Occurrences released fewer than this at once wait up to GATE_LINGER_S for more, so
+# Occurrences dispatched fewer than this at once wait up to GATE_LINGER_S for more, so
 # that one schedule read serves several (at 1,000 due per second: about five).
 GATE_BATCH = 16
 GATE_LINGER_S = 0.005

@@ -1,5 +1,5 @@
 """The due queue: prefetched jobs wait here until due, then leave oldest first, to be
-dispatched to handlers, within the release-rate bounds. Pure: no threads, no I/O, clocks passed in.
+dispatched to handlers, within the dispatch-rate bounds. Pure: no threads, no I/O, clocks passed in.
 
 A job leaves only when ``now_ms >= job.fire_ms`` (or the earlier time it was pushed
 with, never before its due time) by the poller's wall clock, so it never fires early by
@@ -28,7 +28,7 @@ class DueQueue:
         self._shard_rate = shard_rate
         self._mono = monotonic
         self._shard_buckets: dict[int, TokenBucket] = {}
-        # Due jobs of shards over their rate, in release order.
+        # Due jobs of shards over their rate, in dispatch order.
         self._parked: dict[int, deque[Job]] = {}
         self.throttled = 0  # how many times a due job had to wait for a token
 

@@ -6,7 +6,7 @@
 - ``gate``, in a worker, just before the handlers of a chunk: read the schedules as
   they are now and fire, skip (superseded, paused, misfire, overlap) or let each
   occurrence wait. Its reads refresh the cache the reader uses. ``pregate``, in the
-  dispatcher, makes the same decisions for everything released at once, with one read.
+  dispatcher, makes the same decisions for everything dispatched at once, with one read.
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ class Occurrences:
 
     def pregate(self, jobs: list[Job]) -> None:
         """Decide the occurrences among ``jobs`` now, with one read, for ``gate`` to use
-        while the decisions are fresh: the dispatcher calls this for all it releases
+        while the decisions are fresh: the dispatcher calls this for all it dispatches
         at once, instead of a read per worker's chunk (one or two jobs each at a steady
         rate). A store error decides nothing: the workers' gate reads again."""
         occs = _occurrences(jobs)

@@ -238,7 +238,7 @@ class Poller:
         """See ``Reader.poll_once``."""
         return self.reader.poll_once()
 
-    def release_ready(self) -> list[Job]:
+    def dispatch_ready(self) -> list[Job]:
         """The jobs that may be dispatched now (``Dispatcher.due_jobs``); the caller
         fires each one with ``fire``."""
         return self.dispatcher.due_jobs()

@@ -148,7 +148,7 @@ class Core:
 
     def requeue(self, jobs: list[Job], slot: int) -> None:
         """Put dispatched jobs that were not started back in the due queue (ownership in
-        doubt): released again once the lease is renewed, or dropped with their shard.
+        doubt): dispatched again once the lease is renewed, or dropped with their shard.
         The reader's cursor has passed them: they must not be forgotten."""
         with self.cond:
             for job in jobs:

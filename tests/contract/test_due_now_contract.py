@@ -24,8 +24,8 @@ def step(poller: Poller, clock: FakeClock, seconds: float) -> None:
     end = clock.now_ms() + int(seconds * 1000)
     while clock.now_ms() < end:
         poller.poll_once()
-        for job in poller.release_ready():
-            assert job.due_ms <= clock.now_ms(), "released before its due time"
+        for job in poller.dispatch_ready():
+            assert job.due_ms <= clock.now_ms(), "dispatched before its due time"
             poller.fire(job)
         poller.record_outcomes()
         clock.advance(0.1)
@@ -38,10 +38,10 @@ def test_a_nudged_job_fires_at_its_due_time_once(pstore: Any, clock: FakeClock):
     job = client.schedule("now", T0, "k")
     assert job.fire_ms == T0_MS + client.meta.late_margin_ms, "placed by the late-write rule"
     poller.poll_once()
-    assert poller.release_ready() == [], "beyond the read horizon: the usual path waits"
+    assert poller.dispatch_ready() == [], "beyond the read horizon: the usual path waits"
     assert poller.nudge([entry(job)]) == 1
     assert poller.nudge([entry(job)]) == 0, "taken once"
-    ready = poller.release_ready()
+    ready = poller.dispatch_ready()
     assert [j.job_id for j in ready] == ["now"]
     poller.fire(ready[0])
     poller.record_outcomes()
@@ -59,7 +59,7 @@ def test_the_checkpoint_waits_for_a_nudged_job_in_flight(pstore: Any, clock: Fak
     poller = make_poller(pstore, clock, calls)
     job = client.schedule("slow", T0, "k")
     assert poller.nudge([entry(job)]) == 1
-    held = poller.release_ready()  # dispatched, its outcome not recorded (a slow handler)
+    held = poller.dispatch_ready()  # dispatched, its outcome not recorded (a slow handler)
     assert [j.job_id for j in held] == ["slow"]
     step(poller, clock, 6)
     poller.reader.maybe_checkpoint(force=True)
@@ -90,9 +90,9 @@ def test_a_nudge_fires_nothing_early_nothing_unowned_and_nothing_unknown(pstore:
     assert poller2.nudge([entry(later)]) == 1
     assert poller2.nudge([entry(later)]) == 0, "taken once"
     clock.advance(2.0)
-    assert poller2.release_ready() == []
+    assert poller2.dispatch_ready() == []
     clock.advance(0.9)
-    assert [j.job_id for j in poller2.release_ready()] == ["later"], "at its due time, before its fire time"
+    assert [j.job_id for j in poller2.dispatch_ready()] == ["later"], "at its due time, before its fire time"
 
 
 def from_s(ms: int):

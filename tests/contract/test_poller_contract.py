@@ -48,9 +48,9 @@ def drive(poller: Poller, clock: FakeClock, seconds: float, step_ms: int = 100) 
     end = clock.now_ms() + int(seconds * 1000)
     while clock.now_ms() < end:
         poller.poll_once()
-        for job in poller.release_ready():
-            assert job.fire_ms <= clock.now_ms(), "released before its fire time"
-            assert job.due_ms <= clock.now_ms(), "released before its due time"
+        for job in poller.dispatch_ready():
+            assert job.fire_ms <= clock.now_ms(), "dispatched before its fire time"
+            assert job.due_ms <= clock.now_ms(), "dispatched before its due time"
             poller.fire(job)
         poller.record_outcomes()
         clock.advance(step_ms / 1000)
@@ -101,7 +101,7 @@ def test_catch_up_after_downtime_is_oldest_first_and_rate_bounded(pstore, clock)
     poller = make_poller(pstore, clock, rec, PollerConfig(checkpoint_interval_s=0, check_clock=False,
                                                           layout_refresh_s=0, max_rate=10))
     drive(poller, clock, 2)
-    assert 10 <= len(rec.calls) <= 25, "a 10 jobs/s bound releases about 20 in 2 s"
+    assert 10 <= len(rec.calls) <= 25, "a 10 jobs/s bound dispatches about 20 in 2 s"
     drive(poller, clock, 10)
     order = [c[0] for c in rec.calls]
     assert order == [f"c{i}" for i in range(50)], "catch-up fires oldest first"
@@ -167,7 +167,7 @@ def test_refuses_to_fire_beyond_the_skew_bound(pstore):
                     config=PollerConfig(check_clock=True))
     poller.poll_once()
     assert poller.refusing is not None and "skew" in poller.refusing
-    assert poller.release_ready() == []
+    assert poller.dispatch_ready() == []
     honest = Poller(pstore, App.for_function(lambda job: None), config=PollerConfig(check_clock=True))
     honest.poll_once()
     assert honest.refusing is None

@@ -58,7 +58,7 @@ def drive_recording_every(poller: Any, clock: FakeClock, seconds: float, every_m
     end = clock.now_ms() + int(seconds * 1000)
     while clock.now_ms() < end:
         poller.poll_once()
-        for job in poller.release_ready():
+        for job in poller.dispatch_ready():
             poller.fire(job)
         clock.advance(0.1)
         if clock.now_ms() % every_ms < 100:
@@ -118,7 +118,7 @@ def test_update_supersedes_and_delete_stops_and_recreate_starts_fresh(rstore, ma
 
 
 def test_the_dispatchers_decisions_are_used_only_while_fresh(rstore, make_client, monkeypatch):
-    """``pregate`` reads the schedules of everything released at once; a worker uses
+    """``pregate`` reads the schedules of everything dispatched at once; a worker uses
     that decision for DECISION_FRESH_S after its read began, once, and reads again
     after it. A change through the API waits that long, so none made before it is used
     once it returned.
@@ -176,7 +176,7 @@ def test_a_crash_between_firing_and_the_next_write_keeps_the_chain(rstore, make_
     end = clock.now_ms() + 6_000
     while clock.now_ms() < end:
         p1.poll_once()
-        for job in p1.release_ready():
+        for job in p1.dispatch_ready():
             p1.fire(job)
         clock.advance(0.1)
     p2 = make_poller(rstore, clock, None, epoch=2, app=App.for_function(calls))

@@ -39,12 +39,12 @@ def test_poller_rate_bounds_a_burst_of_overdue_jobs():
     q = DueQueue(poller_rate=100, monotonic=clock.monotonic)
     for i in range(1000):
         q.push(job(f"j{i}", i))
-    released = []
+    dispatched = []
     for _ in range(10):  # one second
-        released += q.pop_ready(10_000, 1000)
+        dispatched += q.pop_ready(10_000, 1000)
         clock.advance(0.1)
-    assert 95 <= len(released) <= 115
-    assert [j.job_id for j in released] == [f"j{i}" for i in range(len(released))]
+    assert 95 <= len(dispatched) <= 115
+    assert [j.job_id for j in dispatched] == [f"j{i}" for i in range(len(dispatched))]
 
 
 def test_a_throttled_shard_does_not_hold_back_the_others():

@@ -88,7 +88,7 @@ def drive(poller: Poller, clock: FakeClock, seconds: float) -> None:
     end = clock.now_ms() + int(seconds * 1000)
     while clock.now_ms() < end:
         poller.poll_once()
-        for job in poller.release_ready():
+        for job in poller.dispatch_ready():
             poller.fire(job)
         poller.record_outcomes()
         clock.advance(0.1)
@@ -145,7 +145,7 @@ def test_a_row_dispatched_already_is_left_to_run(store: Store, clock: FakeClock)
     job = Client(store, clock=clock).schedule("running", at(T0_MS + 10_000), "k")
     queue(poller, clock, job)
     clock.advance((job.fire_ms - clock.now_ms()) / 1000)
-    held = poller.release_ready()  # handed to a handler, its outcome not recorded yet
+    held = poller.dispatch_ready()  # handed to a handler, its outcome not recorded yet
     assert [j.job_id for j in held] == ["running"]
     store.cancel(job)
     poller.nudges.apply([], [entry(job)])

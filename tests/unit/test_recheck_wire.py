@@ -191,11 +191,11 @@ def test_discard_finds_a_job_parked_behind_its_shard_rate():
     assert q.discard("p2", 102) == job("p2", 102, shard=3)
     assert q.find([(101, "p1"), (102, "p2")]) == {(101, "p1"): job("p1", 101, shard=3)}
     assert len(q) == 3
-    released: list[str] = []
+    dispatched: list[str] = []
     while len(q):
         clock.advance(1)
-        released += [j.job_id for j in q.pop_ready(1_000, 10)]
-    assert released == ["p1", "p3", "p4"]
+        dispatched += [j.job_id for j in q.pop_ready(1_000, 10)]
+    assert dispatched == ["p1", "p3", "p4"]
 
 
 def test_discard_many_removes_from_heap_and_parked_in_one_pass():
