@@ -119,7 +119,7 @@ def version() -> str:
 
 app = typer.Typer(cls=ContractGroup, add_completion=False, no_args_is_help=True,
                   pretty_exceptions_enable=False,
-                  help="A durable scheduler for future one-shot jobs. Exit codes: docs/CLI.md.")
+                  help="A durable scheduler for future one-shot and recurring jobs. Exit codes: docs/CLI.md.")
 
 
 def _print_version(value: bool) -> None:
