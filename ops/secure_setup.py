@@ -102,7 +102,7 @@ def roles(folder: Path, keyspace: str) -> None:
     env = {**os.environ, "SCHEDULER_STORE": f"cassandra://admin@{host_name()}:{CQL_PORT}/{keyspace}",
            "SCHEDULER_CASSANDRA_PASSWORD_FILE": str(admin_dir / "cassandra.pw"),
            "SCHEDULER_CASSANDRA_CA": str(admin_dir / "ca.pem")}
-    subprocess.run([sys.executable, "-m", "scheduler", "schema", "apply", "--shards", "8"], env=env,
+    subprocess.run([sys.executable, "-P", "-m", "scheduler", "schema", "apply", "--shards", "8"], env=env,
                    check=True, stdout=subprocess.DEVNULL)
     for role, perms in GRANTS.items():
         for perm in perms:

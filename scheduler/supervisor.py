@@ -187,7 +187,10 @@ def supervise(count: int, argv: Sequence[str], metrics_address: str, notify_addr
     members = []
     for i in range(count):
         env = dict(os.environ, SCHEDULER_NOTIFY_ADDRESS=offset_address(notify_address, i))
-        members.append(Member(i, [sys.executable, "-m", "scheduler", "run",
+        # -P: the working directory is not put first on sys.path, so a member started
+        # where a source tree lies (a checkout, a container's /app) runs the installed
+        # package like its supervisor; `run` still adds it later, for handler modules.
+        members.append(Member(i, [sys.executable, "-P", "-m", "scheduler", "run",
                                   *member_argv(argv, i, metrics_address, name)], env))
 
     def spawn(m: Member) -> subprocess.Popen[bytes]:

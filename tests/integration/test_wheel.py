@@ -209,9 +209,6 @@ def test_schema_apply_and_a_poller_firing_on_the_embedded_store(installed, procs
     assert stop(poller) == 0, (tmp_path / "run.log").read_text()
 
 
-@pytest.mark.xfail(strict=True, reason="the supervisor starts members as `python -m scheduler`, which puts "
-                   "the working directory first on sys.path; scheduler/supervisor.py must pass -P "
-                   "(drop this mark with that fix: strict, so the fix turns it into a failure)")
 def test_processes_members_run_the_installed_package_from_a_source_tree(installed, procs, tmp_path):
     """From a directory that holds the package's source tree (a checkout, or the image's
     /app where the Dockerfile copies scheduler/ and installs it), ``python -m scheduler``
