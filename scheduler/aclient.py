@@ -27,7 +27,7 @@ from .layout import Layout, Layouts
 from .model import Job
 from .producer import Placeable
 from .recurring.api import RecurringOps
-from .recurring.schedule import Schedule
+from .schedule import Schedule
 from .store.base import DeadLetter
 
 T = TypeVar("T")

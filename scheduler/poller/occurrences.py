@@ -19,7 +19,7 @@ from ..dispatch import Outcome
 from ..errors import SchedulerError
 from ..model import OCCURRENCE_PREFIX, Job, Status
 from ..recurring import chain, writes
-from ..recurring.schedule import (
+from ..schedule import (
     Occurrence,
     Overlap,
     Schedule,

@@ -1,6 +1,8 @@
 """Recurring schedules: a rule (cron or interval) in a time zone, each occurrence an
-ordinary one-shot job. ``rule.py`` is the pure part: parsing and nominal times."""
+ordinary one-shot job. The pure parts are below this package, where the store can read
+them: ``scheduler.rule`` (parsing and nominal times) and ``scheduler.schedule`` (a
+schedule's row, the ids of its occurrences)."""
 
-from .rule import Rule, parse_duration
+from ..rule import Rule, parse_duration
 
 __all__ = ["Rule", "parse_duration"]

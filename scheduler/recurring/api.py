@@ -20,9 +20,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..effects import Sleep, Steps, call
 from ..errors import InvalidInput, ScheduleConflict, ScheduleNotFound
 from ..model import Status, check_kind, encode_payload
-from . import chain, writes
-from .rule import Rule, parse_duration
-from .schedule import (
+from ..rule import Rule, parse_duration
+from ..schedule import (
     DEFAULT_CATCHUP_WINDOW_S,
     Misfire,
     Overlap,
@@ -35,6 +34,7 @@ from .schedule import (
     choice,
     occurrence_id,
 )
+from . import chain, writes
 
 if TYPE_CHECKING:
     from ..client import Client

@@ -9,9 +9,9 @@ restarts them.
 from __future__ import annotations
 
 from ..effects import Steps, call, run_sync
+from ..schedule import Schedule, State, occurrence_id
 from ..store import Store
 from .chain import GRACE_MS
-from .schedule import Schedule, State, occurrence_id
 
 # Read this many schedules' occurrences in one request.
 GROUP = 200

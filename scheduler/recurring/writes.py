@@ -10,14 +10,10 @@ from typing import TYPE_CHECKING
 
 from ..effects import Steps, call
 from ..model import Job
-from .schedule import Schedule, occurrence_id
+from ..schedule import WRITE_TIME_SLACK_MS, Schedule, occurrence_id
 
 if TYPE_CHECKING:
     from ..producer import Producer
-
-# How much earlier than an occurrence's earliest possible change its blind writes are
-# dated (see ``write``): more than any clock skew the fleet tolerates.
-WRITE_TIME_SLACK_MS = 60_000
 
 
 def place(producer: Producer, schedule: Schedule, nominal_ms: int, now_ms: int | None = None) -> Steps[Job]:

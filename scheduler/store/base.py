@@ -17,8 +17,8 @@ from ..keys import DEFAULT_BUCKET_WIDTH_S, DEFAULT_SHARD_COUNT, job_hash
 from ..layout import Layout, Layouts
 from ..model import Job, Status
 from ..progress import Checkpoint, Key
-from ..recurring.schedule import Schedule
 from ..retention import DEFAULT_DEAD_RETENTION_S, DEFAULT_RETENTION_S, Retention
+from ..schedule import Schedule
 from .history import Replay
 
 SCHEMA_VERSION = 5

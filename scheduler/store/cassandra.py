@@ -17,8 +17,8 @@ from ..errors import ConfigError, SchedulerError, SchemaError, StoreUnavailable
 from ..keys import bucket_of_ms
 from ..layout import Layout, Layouts
 from ..model import Job, Status
-from ..recurring.writes import WRITE_TIME_SLACK_MS
 from ..retention import ttl_s
+from ..schedule import WRITE_TIME_SLACK_MS
 from ..security import CassandraSecurity
 from ..settings import cassandra_security
 from .base import (

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..model import Job
-from ..recurring.schedule import Schedule
+from ..schedule import Schedule
 from .casync import CqlSteps, Lwt, Many, Run, dual
 from .cconf import READ_GROUP
 from .rows import bucket_key, schedule_from_row, schedule_params

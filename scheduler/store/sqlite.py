@@ -21,7 +21,7 @@ from ..keys import bucket_of_ms, job_hash
 from ..layout import Layout
 from ..model import Job, Status
 from ..progress import Checkpoint
-from ..recurring.schedule import Schedule
+from ..schedule import Schedule
 from .base import (
     DEAD_LETTER_PARTS,
     SCHEMA_VERSION,

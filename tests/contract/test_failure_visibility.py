@@ -200,7 +200,7 @@ def test_before_v005_a_replay_writes_nothing_and_get_still_works(store_kind, req
 
 def test_a_dead_occurrence_can_be_read_and_is_passed_over_by_replay_all(fstore, make_client):
     from scheduler.errors import InvalidInput
-    from scheduler.recurring.schedule import occurrence_id
+    from scheduler.schedule import occurrence_id
     from tests.conftest import bucket_job
 
     clock = FakeClock(T0_MS)

@@ -131,7 +131,7 @@ def test_the_dispatchers_decisions_are_used_only_while_fresh(rstore, make_client
 
     import scheduler.poller.occurrences as occurrences
     from scheduler.recurring.chain import DECISION_FRESH_S
-    from scheduler.recurring.schedule import State
+    from scheduler.schedule import State
 
     held: list[float] = [1000.0]
 
@@ -259,7 +259,7 @@ def _ids(store: Any, sid: str) -> list[str]:
     s = store.get_schedules([sid])[sid]
     now = T0_MS + 200_000
     times = [t for t in range(s.rule.anchor_ms, now, EVERY)]
-    from scheduler.recurring.schedule import occurrence_id
+    from scheduler.schedule import occurrence_id
     return [occurrence_id(sid, s.version, t) for t in times]
 
 

@@ -335,7 +335,7 @@ def test_recurring_check_prints_its_report_and_one_error_line(tmp_path, capsys):
     from scheduler.clock import FakeClock
     from scheduler.keys import to_ms
     from scheduler.recurring.chain import GRACE_MS
-    from scheduler.recurring.schedule import occurrence_id
+    from scheduler.schedule import occurrence_id
 
     url = f"sqlite:///{tmp_path}/r.db"
     assert ROOT.main(["schema", "apply", "--store", url], "scheduler", standalone_mode=False) == 0

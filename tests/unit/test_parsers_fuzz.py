@@ -26,8 +26,7 @@ from scheduler.keys import from_ms, to_ms
 from scheduler.layout import MAX_SHARD_COUNT, parse_shard_spec
 from scheduler.model import parse_time
 from scheduler.observe import parse_bucket
-from scheduler.recurring import Rule
-from scheduler.recurring.rule import zone
+from scheduler.rule import Rule, zone
 from scheduler.store import check_store_url, open_store
 from tests.conftest import sqlite_dump as dump
 

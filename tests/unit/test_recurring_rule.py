@@ -11,7 +11,7 @@ import pytest
 
 from scheduler.errors import InvalidInput
 from scheduler.keys import from_ms, to_ms
-from scheduler.recurring import Rule, parse_duration
+from scheduler.rule import Rule, parse_duration
 
 
 def local(ms: list[int], tz: str) -> list[str]:
