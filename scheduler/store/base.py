@@ -18,8 +18,8 @@ from ..layout import Layout, Layouts
 from ..model import Job, Status
 from ..progress import Checkpoint, Key
 from ..retention import DEFAULT_DEAD_RETENTION_S, DEFAULT_RETENTION_S, Retention
-from ..schedule import Schedule
 from .history import Replay
+from .schedules import ScheduleRows
 
 SCHEMA_VERSION = 5
 
@@ -122,8 +122,9 @@ def with_fired(rows: dict[str, Job], fired: dict[str, int]) -> dict[str, Job]:
     return rows
 
 
-class Store(ABC):
-    """What the library needs from a store. Implementations are thread-safe."""
+class Store(ScheduleRows, ABC):
+    """What the library needs from a store (the recurring schedules' rows: see
+    ``ScheduleRows``). Implementations are thread-safe."""
 
     url: str
 
@@ -363,42 +364,6 @@ class Store(ABC):
     @abstractmethod
     def replays(self, job_id: str) -> list[Replay]:
         """The job's replays (``store.history``), newest first, at most 100."""
-
-    # --- recurring schedules ------------------------------------------------------
-
-    @abstractmethod
-    def insert_schedule(self, schedule: Schedule) -> bool:
-        """Create the schedule's row unless one exists (a lightweight transaction in
-        Cassandra); False when it exists."""
-
-    @abstractmethod
-    def replace_schedule(self, schedule: Schedule, expected_version: int) -> bool:
-        """Overwrite the row if its version is still ``expected_version``; False when
-        another change came first (nothing is written)."""
-
-    @abstractmethod
-    def get_schedules(self, schedule_ids: Sequence[str]) -> dict[str, Schedule]:
-        """The rows of the schedules that exist, by id (``skipped`` is 0: see
-        ``skipped``). A few round trips at most, concurrently (Cassandra: one per 64 ids)."""
-
-    @abstractmethod
-    def list_schedules(self, after: str | None = None, limit: int | None = None) -> list[Schedule]:
-        """Every schedule row, deleted ones included. With ``limit``: a page of at most
-        that many, after the schedule id ``after``, in the store's own order (Cassandra:
-        token order), so that the last id of a page is the next page's ``after``."""
-
-    @abstractmethod
-    def skipped(self, schedule_id: str) -> int:
-        """How many occurrences of the schedule were skipped."""
-
-    @abstractmethod
-    def add_skipped(self, schedule_id: str, n: int) -> None:
-        """Count ``n`` more skipped occurrences (a counter: not idempotent)."""
-
-    @abstractmethod
-    def record_skipped(self, job: Job, reason: str, now_ms: int) -> None:
-        """Mark an occurrence's row complete without firing it, and its job cancelled
-        with ``reason``, atomically."""
 
     @abstractmethod
     def close(self) -> None:
