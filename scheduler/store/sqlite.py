@@ -21,7 +21,6 @@ from ..keys import bucket_of_ms, job_hash
 from ..layout import Layout
 from ..model import Job, Status
 from ..progress import Checkpoint
-from ..schedule import Schedule
 from .base import (
     DEAD_LETTER_PARTS,
     SCHEMA_VERSION,
@@ -43,10 +42,9 @@ from .rows import (
     meta_items,
     retention_changes,
     retention_of,
-    schedule_from_row,
-    schedule_params,
 )
 from .sreplays import SqliteReplays
+from .sschedules import SqliteSchedules
 
 # Expired rows are deleted at most this often, by whichever call comes first.
 SWEEP_EVERY_S = 1.0
@@ -62,7 +60,7 @@ def _q(name: str) -> str:
     return queries.named("sqlite/queries.sql")[name]
 
 
-class SqliteStore(SqliteReplays, Store):
+class SqliteStore(SqliteReplays, SqliteSchedules, Store):
     def __init__(self, path: str, url: str | None = None, *, create: bool = True) -> None:
         """Open the database file at ``path``, creating it when ``create`` (``schema
         apply``); without ``create`` a missing file is ``StoreUnavailable`` and no file
@@ -361,43 +359,6 @@ class SqliteStore(SqliteReplays, Store):
     def delete_dead_letter(self, job_id: str) -> None:
         with self._tx() as db:
             db.execute(_q("delete_dead_letter"), (job_hash(job_id) % DEAD_LETTER_PARTS, job_id))
-
-    # --- recurring schedules ------------------------------------------------------
-
-    def insert_schedule(self, schedule: Schedule) -> bool:
-        with self._tx() as db:
-            return db.execute(_q("insert_schedule"), schedule_params(schedule)).rowcount == 1
-
-    def replace_schedule(self, schedule: Schedule, expected_version: int) -> bool:
-        sid, *rest = schedule_params(schedule)
-        with self._tx() as db:
-            return db.execute(_q("replace_schedule"), (*rest, sid, expected_version)).rowcount == 1
-
-    def get_schedules(self, schedule_ids: Sequence[str]) -> dict[str, Schedule]:
-        out = {}
-        for sid in dict.fromkeys(schedule_ids):
-            rows = self._all(_q("select_schedule"), (sid,))
-            if rows:
-                out[sid] = schedule_from_row(rows[0])
-        return out
-
-    def list_schedules(self, after: str | None = None, limit: int | None = None) -> list[Schedule]:
-        rows = (self._all(_q("select_schedules")) if limit is None
-                else self._all(_q("select_schedules_after"), (after or "", limit)))
-        return [schedule_from_row(r, int(r[18])) for r in rows]
-
-    def skipped(self, schedule_id: str) -> int:
-        rows = self._all(_q("select_schedule"), (schedule_id,))
-        return int(rows[0][18]) if rows else 0
-
-    def add_skipped(self, schedule_id: str, n: int) -> None:
-        with self._tx() as db:
-            db.execute(_q("add_skipped"), (n, schedule_id))
-
-    def record_skipped(self, job: Job, reason: str, now_ms: int) -> None:
-        with self._tx() as db:
-            db.execute(_q("mark_fired"), (now_ms, *bucket_key(job)))
-            db.execute(_q("record_skipped"), (reason, now_ms, job.job_id))
 
     def close(self) -> None:
         with self._lock:
