@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from .clock import Clock, SystemClock
 from .effects import Steps, run_sync
@@ -22,12 +22,10 @@ from .jobview import JobView, describe
 from .layout import Layout, Layouts
 from .model import Job
 from .producer import MIN_TRIES, RETRY_S, Producer
+from .recurring.api import Recurring
 from .settings import Settings
 from .store import Store, StoreMeta, open_store
 from .store.base import DeadLetter
-
-if TYPE_CHECKING:
-    from .recurring.api import Recurring
 
 T = TypeVar("T")
 
@@ -193,9 +191,7 @@ class Client(ClientBase):
     @property
     def recurring(self) -> Recurring:
         """Recurring schedules: create, update, pause, resume, delete, get, list."""
-        from .recurring.api import Recurring
-
-        return Recurring(self)
+        return Recurring(self.producer, self.run)
 
     def close(self) -> None:
         self._close()

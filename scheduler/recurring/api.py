@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..effects import Sleep, Steps, call
 from ..errors import InvalidInput, ScheduleConflict, ScheduleNotFound
@@ -37,7 +37,6 @@ from ..schedule import (
 from . import chain, writes
 
 if TYPE_CHECKING:
-    from ..client import Client
     from ..producer import Producer
 
 T = TypeVar("T")
@@ -256,12 +255,19 @@ class RecurringOps:
         return s.to_dict(nxt, max(fired) if fired else None)
 
 
-class Recurring:
-    """``Client.recurring``: the operations of ``RecurringOps``, performed synchronously."""
+class RunSteps(Protocol):
+    """Performs an operation's effects on the store and returns its result (``Client.run``)."""
 
-    def __init__(self, client: Client) -> None:
-        self.ops = RecurringOps(client.producer)
-        self._run = client.run
+    def __call__(self, steps: Steps[T], /) -> T: ...
+
+
+class Recurring:
+    """``Client.recurring``: the operations of ``RecurringOps``, performed synchronously
+    by ``run``. The client builds it; this module never imports the client."""
+
+    def __init__(self, producer: Producer, run: RunSteps) -> None:
+        self.ops = RecurringOps(producer)
+        self._run = run
 
     def create(self, schedule_id: str, **options: Any) -> Schedule:
         """Create a schedule and write its first occurrence (options: ``kind`` (required),
