@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TypeVar
 
 from ..dispatch import Outcome
+from ..effects import Steps, run_sync
 from ..errors import SchedulerError
-from ..model import OCCURRENCE_PREFIX, Job, Status
+from ..model import DEFAULT_MAX_PAYLOAD_BYTES, OCCURRENCE_PREFIX, Job, Status
+from ..producer import Producer
 from ..recurring import chain, writes
 from ..schedule import (
     Occurrence,
@@ -29,8 +31,7 @@ from ..schedule import (
 )
 from .shared import Core
 
-if TYPE_CHECKING:
-    from ..client import Client
+T = TypeVar("T")
 
 BUFFERED = "buffered: waiting for the previous run"
 # How soon a waiting occurrence (buffer_one, or a schedule that could not be read) is
@@ -61,19 +62,26 @@ DECIDED_MAX = 10_000
 class Occurrences:
     def __init__(self, core: Core) -> None:
         self.core = core
-        self._client: Client | None = None
+        self._producer: Producer | None = None
         self._cache: dict[str, tuple[float, Schedule | None]] = {}
         self._cache_lock = threading.Lock()
         self._decided: dict[str, tuple[float, Outcome | None]] = {}
 
     @property
-    def client(self) -> Client:
-        """Placement and writes as a producer does them (layout marks, late writes)."""
-        if self._client is None:
-            from ..client import Client
+    def producer(self) -> Producer:
+        """Placement and writes as a producer does them (layout marks, late writes,
+        slow-write repair), from what the poller holds: the keyspace's settings it read
+        at its start, its clock, and its layout refresh period as the layout cache's age
+        (no environment read, no store read). No retries (``retry_s=0``): a store error
+        fails the read, which is done again."""
+        if self._producer is None:
+            self._producer = Producer(self.core.meta, self.core.clock,
+                                      max_payload_bytes=DEFAULT_MAX_PAYLOAD_BYTES,
+                                      layout_cache_ttl_s=self.core.config.layout_refresh_s, retry_s=0)
+        return self._producer
 
-            self._client = Client(self.core.store, clock=self.core.clock, retry_s=0)
-        return self._client
+    def _run(self, steps: Steps[T]) -> T:
+        return run_sync(self.core.store, steps)
 
     def write_successors(self, rows: list[Job]) -> None:
         """Write the next occurrence of every occurrence among ``rows``. A store error
@@ -88,9 +96,9 @@ class Occurrences:
             s = schedules.get(occ.schedule_id)
             for nominal in chain.successors(s, occ, now):
                 assert s is not None
-                job = self.client.run(writes.place(self.client.producer, s, nominal, now))
+                job = self._run(writes.place(self.producer, s, nominal, now))
                 jobs[job.job_id] = job
-        self.client.run(writes.write(self.client.producer, list(jobs.values())))
+        self._run(writes.write(self.producer, list(jobs.values())))
 
     def _schedules(self, occs: list[Occurrence]) -> dict[str, Schedule | None]:
         """The occurrences' schedules, from the cache when it says the occurrence is
