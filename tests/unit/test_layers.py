@@ -85,7 +85,7 @@ ABOVE_THE_STORE = ("scheduler.recurring", "scheduler.producer", "scheduler.repai
     ("scheduler.recurring", ("scheduler.client", "scheduler.aclient", "scheduler.poller")),
     # The poller writes occurrences through a Producer it builds from what it holds,
     # not through the public Client (which reads the environment's settings).
-    ("scheduler.poller", ("scheduler.client", "scheduler.aclient", "scheduler.settings")),
+    ("scheduler.poller", ("scheduler.client", "scheduler.aclient")),
 ])
 def test_no_lower_layer_imports_a_higher_one(layer, above):
     wrong = {f"{m} -> {d}" for m, deps in _imports_of(layer).items() for d in deps if _under(d, above)}
