@@ -17,7 +17,7 @@ import functools
 import threading
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from .cconf import translate
 
@@ -62,6 +62,12 @@ class Lwt:
 
 Cql = Run | Many | Batch | Lwt
 CqlSteps = Generator[Cql, Any, T]
+
+
+class RunStatement(Protocol):
+    """``CassandraStore.run``, the blocking form of ``Run``, for the mixins that call it."""
+
+    def __call__(self, name: str, params: Sequence[Any] = ..., what: str | None = ...) -> list[Any]: ...
 
 
 def dual(fn: Callable[..., CqlSteps[T]]) -> Callable[..., T]:

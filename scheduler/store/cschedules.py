@@ -1,25 +1,23 @@
 """The Cassandra store's recurring-schedule methods (a mixin of ``CassandraStore``,
-which provides ``run``, ``_lwt``, ``_concurrent`` and ``_batch``)."""
+which provides ``run``, ``_batch``, ``prepared`` and ``job_ttl``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..model import Job
 from ..schedule import Schedule
-from .casync import CqlSteps, Lwt, Many, Run, dual
+from .casync import CqlSteps, Lwt, Many, Run, RunStatement, dual
 from .cconf import READ_GROUP
 from .rows import bucket_key, schedule_from_row, schedule_params
 
 
 class CassandraSchedules:
-    run: Any
-    _lwt: Any
-    _concurrent: Any
-    _batch: Any
-    prepared: Any
-    job_ttl: Any
+    run: RunStatement
+    _batch: Callable[[str, list[tuple[str, tuple[Any, ...]]]], None]
+    prepared: Callable[[str], Any]  # a driver's PreparedStatement (the driver ships no types)
+    job_ttl: Callable[[Job], int]
 
     @dual
     def insert_schedule(self, schedule: Schedule) -> CqlSteps[bool]:

@@ -6,26 +6,20 @@ settings, and the shard layouts with their marks."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 from .. import queries
 from ..errors import ConfigError, SchedulerError, SchemaError, StoreUnavailable
 from ..keys import bucket_of_ms
 from ..layout import Layout, Layouts
 from .base import SCHEMA_VERSION, SchemaOptions, SchemaResult, StoreMeta, layouts_of
-from .casync import CqlSteps, Run, dual
+from .casync import CqlSteps, Run, RunStatement, dual
 from .cconf import dt_ms, replication_map, translate
 from .rows import meta_items, retention_changes, retention_of
 
 # How long schema apply waits, beyond the driver's 10 s, for every node to have a change.
 SCHEMA_AGREEMENT_S = 60.0
-
-
-class RunStatement(Protocol):
-    """``CassandraStore.run``: one named statement's rows, a driver error as a typed one."""
-
-    def __call__(self, name: str, params: Sequence[Any] = ..., what: str | None = ...) -> list[Any]: ...
 
 
 class CassandraSchema:
