@@ -266,7 +266,7 @@ class Producer:
                 if retire is not None:
                     yield from retire([old for old, _ in moved])
         except (WriteTimeout, StoreUnavailable):
-            self.unsure.note([*fresh, *(n for _, n in moved)])
+            self.unsure.note([*((None, j) for j in fresh), *moved])
             raise
         if progress and len(placed) > len(fresh):
             progress(len(placed) - len(fresh))

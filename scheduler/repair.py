@@ -48,30 +48,46 @@ class Unsure:
     """Placements of writes that failed but may have been applied (WriteTimeout,
     StoreUnavailable), or may be yet: a logged batch that reached the batchlog is
     replayed later, possibly after the retry. A retry of the same job (same due time,
-    kind and payload) writes these rows again, an idempotent upsert newer than the
-    batch; placing it anew would leave the batch's bucket row armed beside the new one,
-    to fire a second time. Oldest dropped past ``UNSURE_MAX``. Thread-safe."""
+    kind and payload) that still finds the lookup row where the failed write found it
+    writes the noted rows again, an idempotent upsert newer than the batch; placing the
+    job anew would leave the batch's bucket row armed beside the new one, to fire a
+    second time. Once the lookup row is anywhere else, the failed write landed (or
+    another writer moved the job): the entry is dropped, never reused, since its row may
+    have been retired since. Oldest dropped past ``UNSURE_MAX``. Thread-safe."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._jobs: dict[str, Job] = {}
+        # job id -> (the lookup's row when the write was tried, or None; the new job)
+        self._jobs: dict[str, tuple[tuple[int, int, int] | None, Job]] = {}
 
-    def note(self, jobs: Iterable[Job]) -> None:
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def note(self, pairs: Iterable[tuple[Job | None, Job]]) -> None:
+        """Remember each failed ``(stored, new)``: ``stored`` the job as its lookup row
+        stood before the write (None: no lookup row), ``new`` what was written."""
         with self._lock:
-            for job in jobs:
-                self._jobs.pop(job.job_id, None)  # re-inserted: newest last
-                self._jobs[job.job_id] = job
+            for old, new in pairs:
+                self._jobs.pop(new.job_id, None)  # re-inserted: newest last
+                self._jobs[new.job_id] = (_row(old), new)
             while len(self._jobs) > UNSURE_MAX:
                 del self._jobs[next(iter(self._jobs))]
 
     def reuse(self, jobs: Iterable[Job], stored: Mapping[str, Job]) -> dict[str, Job]:
-        """The noted placements of ``jobs`` to write again: same job, and not the row
-        ``stored`` (the lookup) already points at."""
+        """The noted placements of ``jobs`` to write again: the same job, whose lookup row
+        (in ``stored``) is still where the failed write found it. Entries whose lookup
+        moved on are dropped."""
+        out = {}
         with self._lock:
-            return {j.job_id: u for j in jobs
-                    if (u := self._jobs.get(j.job_id)) is not None
-                    and (u.due_ms, u.kind, u.data) == (j.due_ms, j.kind, j.data)
-                    and not _same_row(u, stored.get(j.job_id))}
+            for j in jobs:
+                if (entry := self._jobs.get(j.job_id)) is None:
+                    continue
+                before, u = entry
+                if _row(stored.get(j.job_id)) != before:
+                    del self._jobs[j.job_id]  # landed, or moved by another writer
+                elif (u.due_ms, u.kind, u.data) == (j.due_ms, j.kind, j.data) and _row(u) != before:
+                    out[j.job_id] = u
+        return out
 
     def forget(self, job_ids: Iterable[str]) -> None:
         with self._lock:
@@ -79,10 +95,8 @@ class Unsure:
                 self._jobs.pop(job_id, None)
 
 
-def _same_row(job: Job, other: Job | None) -> bool:
-    def row(j: Job) -> tuple[int, int, int]:
-        return j.bucket, j.shard, j.fire_ms
-    return other is not None and row(other) == row(job)
+def _row(job: Job | None) -> tuple[int, int, int] | None:
+    return None if job is None else (job.bucket, job.shard, job.fire_ms)
 
 
 class Placer(Protocol):
@@ -142,7 +156,7 @@ def repair_slow_writes(p: Placer, result: list[Job], written: set[str], started_
             # Some pairs may have been applied (or may be yet, from the batchlog): the
             # retry writes the same new rows, and the owners are told all the same (each
             # checks the store before dropping anything).
-            p.unsure.note([new for _, new in pairs])
+            p.unsure.note(pairs)
             yield from _retire(p, retired)
             raise
         acked = p.clock.now_ms()  # before the retire: its owner-map read is no write

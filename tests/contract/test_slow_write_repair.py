@@ -205,8 +205,15 @@ def test_a_rescheduled_job_s_queued_old_row_does_not_fire(pstore, clock, monkeyp
     assert calls.calls == [] and poller.stats.retired_dropped == 1
 
 
+def armed_rows(pstore: Any, moves: list[list[Any]]) -> list[str]:
+    """Job ids of the armed (unfired) bucket rows in every bucket any move touched."""
+    where = {(j.bucket, j.shard) for pairs in moves for pair in pairs for j in pair}
+    return sorted(r.job_id for bucket, shard in where
+                  for r in pstore.read_bucket(bucket, shard, None, 2**62, 1000) if r.fired_at is None)
+
+
 @pytest.mark.parametrize("fails_in", ["repair", "move"])
-def test_a_retry_of_a_failed_move_writes_the_same_rows(pstore, clock, monkeypatch, fails_in):
+def test_a_failed_move_applied_after_its_retry_leaves_one_armed_row(pstore, clock, monkeypatch, fails_in):
     """A logged batch that failed may still be applied later, from the batchlog: a retry
     that placed the job anew would leave that batch's row armed beside its own. So the
     retry moves the job to the very rows the failed move wrote."""
@@ -217,6 +224,7 @@ def test_a_retry_of_a_failed_move_writes_the_same_rows(pstore, clock, monkeypatc
         # The first write landed late; the call is made again (a caller's retry), and
         # its move of the at-risk rows fails.
         slow(pstore, clock, monkeypatch, "insert_many", [2.0])
+
         def no_repair(result: Any, *_: Any) -> Any:
             return result
             yield  # a generator of no effects
@@ -230,7 +238,7 @@ def test_a_retry_of_a_failed_move_writes_the_same_rows(pstore, clock, monkeypatc
     real, tried = pstore.move_many, []
 
     def fails_once(pairs: Any) -> Any:
-        tried.append([new for _, new in pairs])
+        tried.append(list(pairs))
         if len(tried) == 1:
             clock.advance(0.3)  # the failure took time: a fresh placement would differ
             raise StoreUnavailable("moving failed: no host answered")
@@ -239,8 +247,35 @@ def test_a_retry_of_a_failed_move_writes_the_same_rows(pstore, clock, monkeypatc
     monkeypatch.setattr(pstore, "move_many", fails_once)
     jobs = client.schedule_many(due_now(10))
     assert len(tried) >= 2
-    rows = lambda moved: {j.job_id: (j.bucket, j.shard, j.fire_ms) for j in moved}  # noqa: E731
-    assert rows(tried[1]) == rows(tried[0]), "the retry moved each job to the same row"
-    armed = [r for bucket, shard in {(j.bucket, j.shard) for j in jobs}
-             for r in pstore.read_bucket(bucket, shard, None, 2**62, 1000) if r.fired_at is None]
-    assert sorted(r.job_id for r in armed) == sorted({r.job_id for r in armed}), "one armed row each"
+    real(tried[0])  # the failed batch, applied from the batchlog after the retry
+    assert armed_rows(pstore, tried) == sorted(j.job_id for j in jobs), "one armed row each"
+    assert len(client.producer.unsure) == 0
+
+
+def test_a_failed_move_that_landed_is_not_reused_by_a_later_call(pstore, clock, monkeypatch):
+    """The failed move landed; its retry finds it there and, the row being at risk,
+    moves the job on. A later call for the same job must not move it back onto the
+    first move's row: that row is retired, and on Cassandra a move onto it (which
+    writes no fired_at) would leave the job with no armed row at all."""
+    from scheduler.errors import StoreUnavailable
+
+    client = Client(pstore, clock=clock)
+    slow(pstore, clock, monkeypatch, "insert_many", [2.0])
+    real, tried = pstore.move_many, []
+
+    def lands_then_fails(pairs: Any) -> Any:
+        tried.append(list(pairs))
+        out = real(pairs)
+        if len(tried) == 1:
+            clock.advance(5.0)  # slow enough for the landed rows to be at risk again
+            raise StoreUnavailable("moving timed out after it was applied")
+        return out
+
+    monkeypatch.setattr(pstore, "move_many", lands_then_fails)
+    client.schedule_many(due_now(5))
+    first_rows = {(n.bucket, n.shard, n.fire_ms) for _, n in tried[0]}
+    assert len(tried) >= 2 and len(client.producer.unsure) == 0
+    later = len(tried)
+    client.schedule_many(due_now(5))  # the caller calls again
+    assert not [n for pairs in tried[later:] for _, n in pairs
+                if (n.bucket, n.shard, n.fire_ms) in first_rows], "never moved back onto a retired row"
