@@ -1,6 +1,5 @@
 """Dependencies run one way: no import circle even counting the imports inside functions
-and under ``TYPE_CHECKING`` (``test_imports.py`` counts the module-level ones only), and
-no lower layer imports a higher one, not even for a type."""
+and under ``TYPE_CHECKING``, and no lower layer imports a higher one, not even for a type."""
 
 from __future__ import annotations
 
