@@ -21,11 +21,11 @@ from typing import Any
 from cassandra.concurrent import execute_concurrent
 
 from bench.common import drop, fresh_store, machine, report, settle
-from scheduler.audit import HOUR_MS, audit
-from scheduler.clock import SystemClock
-from scheduler.keys import bucket_of_ms, shard_of
-from scheduler.model import Job
-from scheduler.store.cassandra import CassandraStore
+from scheduler.domain.clock import SystemClock
+from scheduler.domain.keys import bucket_of_ms, shard_of
+from scheduler.domain.model import Job
+from scheduler.observe.audit import HOUR_MS, audit
+from scheduler.store.cassandra.store import CassandraStore
 
 SHARDS = 16
 

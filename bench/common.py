@@ -13,9 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from scheduler.clock import SystemClock
+from scheduler.domain.clock import SystemClock
 from scheduler.store import SchemaOptions
-from scheduler.store.cassandra import CassandraStore
+from scheduler.store.cassandra.store import CassandraStore
 
 OPS = Path(__file__).resolve().parent.parent / "ops"
 

@@ -22,7 +22,7 @@ from bench.common import drop, fresh_store, machine, report
 from scheduler import App, Client, Job, JobSpec
 from scheduler.poller import Poller, PollerConfig
 from scheduler.settings import Settings
-from scheduler.store.cassandra import CassandraStore
+from scheduler.store.cassandra.store import CassandraStore
 
 SHARDS = 16
 GOAL_MS = 500.0

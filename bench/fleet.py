@@ -27,7 +27,7 @@ from typing import Any
 
 from bench.common import drop, fresh_store, machine, report
 from scheduler import Client, JobSpec
-from scheduler.assign import assign, rebalance
+from scheduler.domain.assign import assign, rebalance
 
 
 def moved(before: dict[int, str], after: dict[int, str]) -> int:

@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.common import machine, report
-from scheduler.assign import rebalance
-from scheduler.plan import Plan, encode, next_plan
+from scheduler.domain.assign import rebalance
+from scheduler.domain.plan import Plan, encode, next_plan
 
 
 @dataclass

@@ -26,11 +26,11 @@ from typing import Any
 
 from bench.common import drop, fresh_store, write_bucket_rows
 from scheduler import App, Job
-from scheduler.clock import SystemClock
-from scheduler.keys import bucket_of_ms, shard_of
+from scheduler.domain.clock import SystemClock
+from scheduler.domain.keys import bucket_of_ms, shard_of
 from scheduler.poller import Poller
-from scheduler.queries import parse_named
-from scheduler.store.cassandra import CassandraStore
+from scheduler.store.cassandra.store import CassandraStore
+from scheduler.store.queries import parse_named
 
 SQL = parse_named((Path(__file__).parent / "peer.sql").read_text())
 SHARDS = 16

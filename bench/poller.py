@@ -42,11 +42,11 @@ from cassandra.query import BatchStatement, BatchType
 
 from bench.common import drop, fresh_store, machine, report, write_bucket_rows
 from scheduler import App, Client, Job, JobSpec
-from scheduler.clock import SystemClock
-from scheduler.keys import bucket_of_ms, shard_of
+from scheduler.domain.clock import SystemClock
+from scheduler.domain.keys import bucket_of_ms, shard_of
 from scheduler.poller import Poller, PollerConfig
-from scheduler.store.cassandra import CassandraStore
-from scheduler.store.cbind import FastBinder
+from scheduler.store.cassandra.bind import FastBinder
+from scheduler.store.cassandra.store import CassandraStore
 from scheduler.store.rows import bucket_params
 
 SHARDS = 16

@@ -24,12 +24,12 @@ from typing import Any
 
 from bench.common import drop, fresh_store, machine, report
 from scheduler import App, Client, Job, JobSpec
-from scheduler.clock import SystemClock
+from scheduler.domain.clock import SystemClock
 from scheduler.poller import Poller, PollerConfig
-from scheduler.recurring import writes
+from scheduler.producer import occurrences as writes
 from scheduler.recurring.rule import Rule
 from scheduler.recurring.schedule import Schedule
-from scheduler.store.cassandra import CassandraStore
+from scheduler.store.cassandra.store import CassandraStore
 from scheduler.store.rows import schedule_params
 
 SHARDS = 16

@@ -30,11 +30,11 @@ from typing import Any
 
 from bench.common import drop, machine, nodetool, report
 from scheduler import App, Client, JobSpec
-from scheduler.clock import SystemClock
-from scheduler.keys import bucket_of_ms
+from scheduler.domain.clock import SystemClock
+from scheduler.domain.keys import bucket_of_ms
 from scheduler.poller import Poller, PollerConfig
 from scheduler.store import SchemaOptions
-from scheduler.store.cassandra import CassandraStore
+from scheduler.store.cassandra.store import CassandraStore
 
 SHARDS = 16
 LEAD_S = 5

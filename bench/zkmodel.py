@@ -31,9 +31,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from bench.common import machine, report
-from scheduler.assign import rebalance
-from scheduler.coord import ZooKeeperCoordinator
-from scheduler.plan import Plan, encode
+from scheduler.domain.assign import rebalance
+from scheduler.domain.plan import Plan, encode
+from scheduler.fleet.coord import ZooKeeperCoordinator
 
 SESSION_TIMEOUT_S = 4.0
 

@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from scheduler import queries
+from scheduler.store import queries
 
 CQL_PORT = 9142
 ZK_PORT = 2281

@@ -1,10 +1,10 @@
-"""A durable scheduler for future one-shot jobs on Apache Cassandra and ZooKeeper."""
+"""A durable scheduler for future jobs, one-shot and recurring, on Apache Cassandra and ZooKeeper."""
 
 from typing import TYPE_CHECKING
 
-from .aclient import AsyncClient
-from .client import Client
-from .dispatch import App, RetryPolicy
+from .domain.dispatch import App, RetryPolicy, log_job
+from .domain.jobspec import JobSpec
+from .domain.model import Job, Status
 from .errors import (
     ConfigError,
     InvalidInput,
@@ -17,17 +17,17 @@ from .errors import (
     StoreUnavailable,
     WriteTimeout,
 )
-from .jobspec import JobSpec
-from .model import Job, Status
+from .producer.aclient import AsyncClient
+from .producer.client import Client
 
 if TYPE_CHECKING:
-    from .runner import run_poller
+    from .runtime.runner import run_poller
 
 
 def __getattr__(name: str) -> object:
     # Lazy: a producer importing ``scheduler`` does not pay for the poller's modules.
     if name == "run_poller":
-        from .runner import run_poller
+        from .runtime.runner import run_poller
 
         return run_poller
     raise AttributeError(f"module 'scheduler' has no attribute {name!r}")
@@ -51,6 +51,7 @@ __all__ = [
     "Status",
     "StoreUnavailable",
     "WriteTimeout",
+    "log_job",
     "run_poller",
 ]
 

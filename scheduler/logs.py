@@ -63,7 +63,7 @@ def setup(json_output: bool = False, level: str = "INFO") -> None:
     """Our records at ``level``; the drivers' warnings in the same format, each kind of
     line at most once per 30 s (a filter on the handler: logger filters do not reach
     child loggers such as ``cassandra.pool``)."""
-    from .faults import RateLimitFilter
+    from .observe.faults import RateLimitFilter
 
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if json_output else TextFormatter())

@@ -31,8 +31,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .domain.model import DEFAULT_MAX_PAYLOAD_BYTES
 from .errors import ConfigError
-from .model import DEFAULT_MAX_PAYLOAD_BYTES
 from .security import CassandraSecurity, Secret, TlsConfig, ZkSecurity
 
 

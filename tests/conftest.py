@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
-from scheduler.clock import SystemClock
-from scheduler.keys import bucket_of_ms
-from scheduler.model import Job
+from scheduler.domain.clock import SystemClock
+from scheduler.domain.keys import bucket_of_ms
+from scheduler.domain.model import Job
 from scheduler.store import SchemaOptions, Store, open_store
 
 CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -101,7 +101,7 @@ def cassandra_keyspace(cassandra_available: None) -> Iterator[str]:
     """A fresh keyspace name for this test, dropped afterwards."""
     name = "t_" + uuid.uuid4().hex[:12]
     yield name
-    from scheduler.store.cassandra import CassandraStore
+    from scheduler.store.cassandra.store import CassandraStore
 
     admin = CassandraStore(cassandra_url(name))
     try:

@@ -10,10 +10,9 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from scheduler import queries
 from scheduler.settings import cassandra_security
-from scheduler.store import SchemaOptions
-from scheduler.store.cassandra import CassandraStore
+from scheduler.store import SchemaOptions, queries
+from scheduler.store.cassandra.store import CassandraStore
 
 ROOT = Path(__file__).parents[1]
 SECURE_DIR = ROOT / ".data" / "secure"

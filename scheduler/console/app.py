@@ -26,12 +26,12 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from .. import refire as rf
-from ..audit import audit
-from ..client import Client
+from ..domain.keys import from_ms
 from ..errors import InvalidInput, JobNotFound, ScheduleNotFound, SchedulerError
-from ..keys import from_ms
-from ..observe import shard_ranges
+from ..observe import refire as rf
+from ..observe.audit import audit
+from ..observe.lag import shard_ranges
+from ..producer.client import Client
 from . import pages
 from .auditrun import AuditRuns
 from .guard import COOKIE, SESSION_S, Guard

@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..audit import AuditReport
-from ..ratelimit import TokenBucket
+from ..domain.ratelimit import TokenBucket
+from ..observe.audit import AuditReport
 
 ANONYMOUS_INTERVAL_S = 60.0
 

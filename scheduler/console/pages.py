@@ -14,14 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..audit import last_closed_hour
-from ..client import Client
+from ..domain.keys import from_ms, to_ms
+from ..domain.model import LATEST_TIME, Job, parse_time
 from ..errors import InvalidInput, SchedulerError
-from ..faults import Summarised
-from ..fleetview import FleetSnapshot
-from ..keys import from_ms, to_ms
-from ..model import LATEST_TIME, Job, parse_time
-from ..observe import FleetStatus, ShardLag, bucket_rows, fleet_status, lag_report, parse_bucket
+from ..fleet.view import FleetSnapshot
+from ..observe.audit import last_closed_hour
+from ..observe.faults import Summarised
+from ..observe.lag import FleetStatus, ShardLag, bucket_rows, fleet_status, lag_report, parse_bucket
+from ..producer.client import Client
 from .history import Heatmap, LagHistory
 
 log = logging.getLogger("scheduler.console")

@@ -17,8 +17,8 @@ import random
 import threading
 from collections.abc import Callable
 
-from ..dispatch import App, Outcome, Route, failed, failure, refused
-from ..model import OCCURRENCE_PREFIX, Job
+from ..domain.dispatch import App, Outcome, Route, failed, failure, refused
+from ..domain.model import OCCURRENCE_PREFIX, Job
 from .shared import Core
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ..model import OCCURRENCE_PREFIX, Job
+from ..domain.model import OCCURRENCE_PREFIX, Job
 from .shared import Core
 
 # Occurrences dispatched fewer than this at once wait up to GATE_LINGER_S for more, so

@@ -13,9 +13,9 @@ import heapq
 from collections import deque
 from collections.abc import Callable, Collection, Iterator
 
-from ..model import Job
-from ..progress import Key
-from ..ratelimit import TokenBucket
+from ..domain.model import Job
+from ..domain.progress import Key
+from ..domain.ratelimit import TokenBucket
 
 
 class DueQueue:

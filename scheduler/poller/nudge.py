@@ -48,12 +48,12 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+from ..domain.keys import bucket_of_ms
+from ..domain.model import OCCURRENCE_PREFIX, Job
+from ..domain.progress import Key
 from ..errors import SchedulerError, SchemaError
-from ..faults import Summarised
-from ..keys import bucket_of_ms
-from ..model import OCCURRENCE_PREFIX, Job
-from ..nudgewire import Entry, check_entry, decode_message, parse_address
-from ..progress import Key
+from ..observe.faults import Summarised
+from ..producer.wire import Entry, check_entry, decode_message, parse_address
 from .shared import Core
 
 log = logging.getLogger("scheduler.poller")

@@ -15,13 +15,14 @@ import threading
 import time
 from typing import TypeVar
 
-from ..dispatch import Outcome
-from ..effects import Steps, run_sync
+from ..domain.dispatch import Outcome
+from ..domain.effects import Steps, run_sync
+from ..domain.model import DEFAULT_MAX_PAYLOAD_BYTES, OCCURRENCE_PREFIX, Job, Status
 from ..errors import SchedulerError
-from ..model import DEFAULT_MAX_PAYLOAD_BYTES, OCCURRENCE_PREFIX, Job, Status
-from ..producer import Producer
-from ..recurring import chain, writes
-from ..schedule import (
+from ..producer import occurrences as writes
+from ..producer.producer import Producer
+from ..recurring import chain
+from ..recurring.schedule import (
     Occurrence,
     Overlap,
     Schedule,

@@ -33,14 +33,14 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 
-from ..clock import Clock, SystemClock
-from ..dispatch import App, Outcome
+from ..domain.clock import Clock, SystemClock
+from ..domain.dispatch import App, Outcome
+from ..domain.model import Job
+from ..domain.progress import ShardProgress
 from ..errors import SchedulerError
-from ..faults import FaultLog
-from ..metrics import PollerMetrics
-from ..model import Job
-from ..nudgewire import Entry
-from ..progress import ShardProgress
+from ..observe.faults import FaultLog
+from ..observe.metrics import PollerMetrics
+from ..producer.wire import Entry
 from ..store import Store
 from .aio import AsyncWorkers
 from .config import PollerConfig, PollerStats

@@ -12,11 +12,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from .. import skew
+from ..domain.layout import Layouts
+from ..domain.model import Job
 from ..errors import OwnershipLost, SchedulerError
-from ..faults import Backoff
-from ..layout import Layouts
-from ..model import Job
+from ..observe import skew
+from ..observe.faults import Backoff
 from .config import max_prefetch_ms
 from .shared import Core, OwnedShard, ShardState
 

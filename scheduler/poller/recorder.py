@@ -15,12 +15,12 @@ import queue
 import time
 from collections import Counter
 
-from ..dispatch import Outcome
+from ..domain.dispatch import Outcome
+from ..domain.keys import bucket_of_ms, from_ms, shard_of
+from ..domain.model import OCCURRENCE_PREFIX, Job
 from ..errors import SchedulerError
-from ..faults import Backoff
-from ..keys import bucket_of_ms, from_ms, shard_of
-from ..logdigest import LogDigest, summary_text
-from ..model import OCCURRENCE_PREFIX, Job
+from ..observe.faults import Backoff
+from ..observe.logdigest import LogDigest, summary_text
 from .occurrences import WAIT
 from .shared import Core
 

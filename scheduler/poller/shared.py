@@ -29,13 +29,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
-from ..clock import Clock
-from ..dispatch import Outcome
-from ..faults import FaultLog
-from ..layout import Layouts
-from ..metrics import PollerMetrics
-from ..model import Job
-from ..progress import Checkpoint, ShardProgress
+from ..domain.clock import Clock
+from ..domain.dispatch import Outcome
+from ..domain.layout import Layouts
+from ..domain.model import Job
+from ..domain.progress import Checkpoint, ShardProgress
+from ..observe.faults import FaultLog
+from ..observe.metrics import PollerMetrics
 from ..store import Store, StoreMeta
 from .config import PollerConfig, PollerStats
 from .duequeue import DueQueue

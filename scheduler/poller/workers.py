@@ -26,9 +26,9 @@ import threading
 import time
 from typing import Any
 
-from ..dispatch import App, Outcome, Route, failed, run_route
-from ..faults import Summarised
-from ..model import Job
+from ..domain.dispatch import App, Outcome, Route, failed, run_route
+from ..domain.model import Job
+from ..observe.faults import Summarised
 from .shared import Core
 
 log = logging.getLogger("scheduler.poller")

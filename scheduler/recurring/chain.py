@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from ..schedule import Misfire, Occurrence, Overlap, Schedule, State
+from .schedule import Misfire, Occurrence, Overlap, Schedule, State
 
 GRACE_MS = 60_000
 # How long a poller may use a decision after its schedule read began; a schedule change

@@ -38,7 +38,7 @@ def check_store_url(url: object) -> str:
     if scheme == "sqlite":
         sqlite_path(url)
     elif scheme == "cassandra":
-        from .cconf import CassandraUrl
+        from .cassandra.conf import CassandraUrl
 
         try:
             cfg = CassandraUrl(url)
@@ -66,9 +66,9 @@ def open_store(url: str, *, create: bool = True, **options: object) -> Store:
     """
     check_store_url(url)
     if _scheme(url) == "sqlite":
-        from .sqlite import SqliteStore
+        from .sqlite.store import SqliteStore
 
         return SqliteStore(sqlite_path(url), url=url, create=create)
-    from .cassandra import CassandraStore
+    from .cassandra.store import CassandraStore
 
     return CassandraStore(url, **options)  # type: ignore[arg-type]

@@ -12,12 +12,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..domain.keys import DEFAULT_BUCKET_WIDTH_S, DEFAULT_SHARD_COUNT, job_hash
+from ..domain.layout import Layout, Layouts
+from ..domain.model import Job, Status
+from ..domain.progress import Checkpoint, Key
+from ..domain.retention import DEFAULT_DEAD_RETENTION_S, DEFAULT_RETENTION_S, Retention
 from ..errors import SchemaError
-from ..keys import DEFAULT_BUCKET_WIDTH_S, DEFAULT_SHARD_COUNT, job_hash
-from ..layout import Layout, Layouts
-from ..model import Job, Status
-from ..progress import Checkpoint, Key
-from ..retention import DEFAULT_DEAD_RETENTION_S, DEFAULT_RETENTION_S, Retention
 from .history import Replay
 from .schedules import ScheduleRows
 
@@ -42,7 +42,7 @@ class StoreMeta:
     # Buckets before this one never held jobs: a shard without a checkpoint starts here.
     origin_bucket: int
     # How long rows are kept (the only settings that can change after creation; see
-    # scheduler.retention). A keyspace older than v003 has none: the defaults.
+    # scheduler.domain.retention). A keyspace older than v003 has none: the defaults.
     retention_s: int = DEFAULT_RETENTION_S
     dead_retention_s: int = DEFAULT_DEAD_RETENTION_S
 

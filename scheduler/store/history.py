@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..model import Job
-from ..retention import Retention
+from ..domain.model import Job
+from ..domain.retention import Retention
 
 
 @dataclass(frozen=True)

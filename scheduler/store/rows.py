@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..model import POISON_KIND, Job, Status
-from ..retention import DEFAULT_DEAD_RETENTION_S, DEFAULT_RETENTION_S, Retention
-from ..rule import Rule
-from ..schedule import Misfire, Overlap, Schedule, State
+from ..domain.model import POISON_KIND, Job, Status
+from ..domain.retention import DEFAULT_DEAD_RETENTION_S, DEFAULT_RETENTION_S, Retention
+from ..recurring.rule import Rule
+from ..recurring.schedule import Misfire, Overlap, Schedule, State
 
 
 def job_from_row(row: Any, to_ms: Any = int) -> Job:

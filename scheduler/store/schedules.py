@@ -7,12 +7,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
-from ..model import Job
-from ..schedule import Schedule
+from ..domain.model import Job
+from ..recurring.schedule import Schedule
 
 
 class ScheduleRows(ABC):
-    """The rows of recurring schedules (``scheduler.schedule``), fenced by their version."""
+    """The rows of recurring schedules (``scheduler.recurring.schedule``), fenced by their version."""
 
     @abstractmethod
     def insert_schedule(self, schedule: Schedule) -> bool:

@@ -66,7 +66,7 @@ def cluster_keyspace(cluster: str) -> Iterator[str]:
     wait_all_up(240)
     name = "c_" + uuid.uuid4().hex[:12]
     yield name
-    from scheduler.store.cassandra import CassandraStore
+    from scheduler.store.cassandra.store import CassandraStore
 
     # Best effort: a node may still be catching up after a fault test.
     with contextlib.suppress(Exception):

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from scheduler import Client
-from scheduler.clock import SystemClock
+from scheduler.domain.clock import SystemClock
 from scheduler.store import SchemaOptions, open_store
 from tests.cluster.conftest import cluster_ops, wait_all_up
 from tests.conftest import ZOOKEEPER_HOSTS

@@ -11,7 +11,7 @@ from datetime import timedelta
 import pytest
 
 from scheduler import AsyncClient, InvalidInput, JobNotFound, Status
-from scheduler.clock import FakeClock
+from scheduler.domain.clock import FakeClock
 from scheduler.store import Store
 from tests.contract.test_client_contract import T0, T0_MS
 
@@ -50,7 +50,7 @@ def test_the_event_loop_runs_while_the_store_works(store: Store):
     is awaited, so the loop runs other tasks meanwhile. (The embedded store's calls are
     short local transactions run inline: there, only completion is checked.) Counted in
     ticks, not timed: a loop blocked for the whole write would tick about never."""
-    from scheduler.keys import from_ms
+    from scheduler.domain.keys import from_ms
 
     async def main() -> int:
         async with AsyncClient(store) as client:

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from scheduler.audit import audit, classify, passed
-from scheduler.model import Status
-from scheduler.progress import Checkpoint
+from scheduler.domain.model import Status
+from scheduler.domain.progress import Checkpoint
+from scheduler.observe.audit import audit, classify, passed
 from scheduler.store import SchemaOptions, Store
 from scheduler.store.base import ShardCheckpoint
 from tests.conftest import bucket_job, make_store
@@ -75,8 +75,8 @@ def test_the_pure_rules():
 def test_the_exporter_audits_the_last_closed_hour_and_exports_the_violations(st: Store):
     from prometheus_client import generate_latest
 
-    from scheduler.clock import FakeClock
-    from scheduler.exporter import LagExporter
+    from scheduler.domain.clock import FakeClock
+    from scheduler.observe.exporter import LagExporter
     from tests.contract.test_observe_contract import parse_metrics
 
     st.claim_shard(0, "p0", 5, B0 - 60, T0_MS)
@@ -95,7 +95,7 @@ def test_the_exporter_audits_the_last_closed_hour_and_exports_the_violations(st:
 
 
 def test_a_lookup_row_pointing_at_no_bucket_row_is_flagged(st: Store):
-    from scheduler.store.cassandra import CassandraStore
+    from scheduler.store.cassandra.store import CassandraStore
 
     a, kept = job("gone", T0_MS + 1000), job("kept", T0_MS + 2000)
     st.insert_many([a, kept])
@@ -117,7 +117,7 @@ def test_a_lookup_row_pointing_at_no_bucket_row_is_flagged(st: Store):
 
 
 def test_the_lookup_scan_finds_a_lookup_row_whose_bucket_row_is_missing(st: Store):
-    from scheduler.store.cassandra import CassandraStore
+    from scheduler.store.cassandra.store import CassandraStore
 
     lost, fine = job("no-row", T0_MS + 1000), job("fine", T0_MS + 2000)
     st.insert_many([lost, fine, job("later", T0_MS + 7_200_000)])

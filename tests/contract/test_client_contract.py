@@ -10,10 +10,10 @@ from datetime import datetime, timedelta
 import pytest
 
 from scheduler import InvalidInput, Job, JobNotFound, JobSpec, Status
-from scheduler.clock import FakeClock
+from scheduler.domain.clock import FakeClock
+from scheduler.domain.keys import bucket_of, from_ms, shard_of
+from scheduler.domain.layout import MARK_SPAN_S
 from scheduler.errors import ConfigError, ResizeRefused
-from scheduler.keys import bucket_of, from_ms, shard_of
-from scheduler.layout import MARK_SPAN_S
 from scheduler.store import Store
 
 T0_MS = 1_800_000_000_000  # 2027-01-15T08:00:00Z, a bucket boundary

@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from scheduler import Client, Status
-from scheduler.clock import FakeClock
-from scheduler.model import Job
+from scheduler.domain.clock import FakeClock
+from scheduler.domain.model import Job
 from scheduler.poller import Poller
 from tests.contract.test_poller_contract import T0, T0_MS, Recorder, clock, make_poller, pstore
 
@@ -96,7 +96,7 @@ def test_a_nudge_fires_nothing_early_nothing_unowned_and_nothing_unknown(pstore:
 
 
 def from_s(ms: int):
-    from scheduler.keys import from_ms
+    from scheduler.domain.keys import from_ms
 
     return from_ms(ms)
 
@@ -109,7 +109,7 @@ def test_before_v004_due_now_jobs_fire_at_their_placed_time(store_kind, request,
     from datetime import UTC, datetime
 
     from scheduler import App
-    from scheduler.clock import SystemClock
+    from scheduler.domain.clock import SystemClock
     from scheduler.poller import PollerConfig
     from scheduler.store import SchemaOptions
     from tests.conftest import make_store

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from scheduler import App, Client, Job, JobSpec
-from scheduler.clock import FakeClock
+from scheduler.domain.clock import FakeClock
 from scheduler.poller.recorder import ERROR_CHARS, FAILURE_LINES
 from scheduler.store import SchemaOptions
 from tests.conftest import make_store
@@ -147,7 +147,7 @@ def test_a_replayed_job_has_no_fired_at_and_get_says_where_it_came_from(fstore, 
 
 
 def test_get_shows_the_job_a_refire_copied_and_when_it_fired(fstore, make_client):
-    from scheduler.refire import refire_id
+    from scheduler.observe.refire import refire_id
 
     clock = FakeClock(T0_MS)
     client = make_client(fstore, clock=clock)
@@ -172,7 +172,7 @@ def test_get_shows_the_job_a_refire_copied_and_when_it_fired(fstore, make_client
 
 
 def iso(ms: int) -> str:
-    from scheduler.keys import from_ms
+    from scheduler.domain.keys import from_ms
 
     return from_ms(ms).isoformat()
 
@@ -200,7 +200,7 @@ def test_before_v005_a_replay_writes_nothing_and_get_still_works(store_kind, req
 
 def test_a_dead_occurrence_can_be_read_and_is_passed_over_by_replay_all(fstore, make_client):
     from scheduler.errors import InvalidInput
-    from scheduler.schedule import occurrence_id
+    from scheduler.recurring.schedule import occurrence_id
     from tests.conftest import bucket_job
 
     clock = FakeClock(T0_MS)

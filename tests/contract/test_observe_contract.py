@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
-from scheduler.clock import FakeClock
+from scheduler.domain.clock import FakeClock
+from scheduler.domain.keys import bucket_of_ms
+from scheduler.domain.model import Job, Status
+from scheduler.domain.progress import Checkpoint
 from scheduler.errors import SchedulerError
-from scheduler.exporter import LagExporter
-from scheduler.fleetview import FleetSnapshot
-from scheduler.keys import bucket_of_ms
-from scheduler.model import Job, Status
-from scheduler.observe import bucket_rows, fleet_status, forecast, lag_report
-from scheduler.progress import Checkpoint
+from scheduler.fleet.view import FleetSnapshot
+from scheduler.observe.exporter import LagExporter
+from scheduler.observe.lag import bucket_rows, fleet_status, forecast, lag_report
 from scheduler.store import SchemaOptions, Store
 from tests.conftest import make_store
 

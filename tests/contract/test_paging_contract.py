@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from scheduler import Client
-from scheduler.clock import FakeClock
-from scheduler.keys import bucket_of_ms
-from scheduler.model import Job
+from scheduler.domain.clock import FakeClock
+from scheduler.domain.keys import bucket_of_ms
+from scheduler.domain.model import Job
 from scheduler.store import SchemaOptions, Store
 from tests.conftest import make_store
 

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from scheduler import Client, JobSpec, Status
-from scheduler.clock import FakeClock, SystemClock
-from scheduler.dispatch import App
-from scheduler.keys import from_ms
+from scheduler.domain.clock import FakeClock, SystemClock
+from scheduler.domain.dispatch import App
+from scheduler.domain.keys import from_ms
 from scheduler.poller import Poller, PollerConfig
 from scheduler.store import SchemaOptions, Store
 from tests.conftest import make_store

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from scheduler import App, Client, Job, JobSpec, Status
-from scheduler.clock import FakeClock, SystemClock
+from scheduler.domain.clock import FakeClock, SystemClock
+from scheduler.domain.keys import bucket_of_ms, from_ms, shard_of
 from scheduler.errors import ConfigError
-from scheduler.keys import bucket_of_ms, from_ms, shard_of
 from scheduler.poller import Poller, PollerConfig
 from scheduler.store import SchemaOptions
 from tests.conftest import make_store

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from scheduler.domain.keys import bucket_of_ms
+from scheduler.domain.model import Job, Status
+from scheduler.domain.progress import Checkpoint
 from scheduler.errors import OwnershipLost
-from scheduler.keys import bucket_of_ms
-from scheduler.model import Job, Status
-from scheduler.progress import Checkpoint
 from scheduler.store import Store
 
 T0_MS = 1_800_000_000_000

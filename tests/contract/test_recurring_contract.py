@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from scheduler import App, Client, Job, ScheduleConflict, ScheduleNotFound, Status
-from scheduler.clock import FakeClock
+from scheduler.domain.clock import FakeClock
+from scheduler.domain.keys import from_ms
 from scheduler.errors import InvalidInput
-from scheduler.keys import from_ms
-from scheduler.recurring import writes
+from scheduler.producer import occurrences as writes
 from scheduler.store import SchemaOptions
 from tests.conftest import make_store
 from tests.contract.test_poller_contract import T0, T0_MS, drive, make_poller
@@ -131,7 +131,7 @@ def test_the_dispatchers_decisions_are_used_only_while_fresh(rstore, make_client
 
     import scheduler.poller.occurrences as occurrences
     from scheduler.recurring.chain import DECISION_FRESH_S
-    from scheduler.schedule import State
+    from scheduler.recurring.schedule import State
 
     held: list[float] = [1000.0]
 
@@ -259,7 +259,7 @@ def _ids(store: Any, sid: str) -> list[str]:
     s = store.get_schedules([sid])[sid]
     now = T0_MS + 200_000
     times = [t for t in range(s.rule.anchor_ms, now, EVERY)]
-    from scheduler.schedule import occurrence_id
+    from scheduler.recurring.schedule import occurrence_id
     return [occurrence_id(sid, s.version, t) for t in times]
 
 

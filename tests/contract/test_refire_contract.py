@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from scheduler.model import refired_from
-from scheduler.refire import counts_by_kind, fired_in_window, refire_id, specs
+from scheduler.domain.model import refired_from
+from scheduler.observe.refire import counts_by_kind, fired_in_window, refire_id, specs
 from scheduler.store import SchemaOptions, Store
 from tests.conftest import bucket_job, make_store
 

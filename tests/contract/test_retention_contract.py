@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from scheduler import Client, InvalidInput, JobNotFound, JobSpec, Status
-from scheduler.clock import FakeClock, SystemClock
-from scheduler.keys import from_ms
+from scheduler.domain.clock import FakeClock, SystemClock
+from scheduler.domain.keys import from_ms
 from scheduler.store import SchemaOptions, Store
 from scheduler.store.base import SCHEMA_VERSION
-from scheduler.store.cassandra import CassandraStore
+from scheduler.store.cassandra.store import CassandraStore
 from scheduler.store.rows import bucket_params, job_params
 from tests.conftest import make_store
 from tests.contract.test_poller_contract import Recorder, drive, make_poller

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from scheduler.keys import bucket_of_ms
-from scheduler.model import Job
+from scheduler.domain.keys import bucket_of_ms
+from scheduler.domain.model import Job
 from scheduler.store import SchemaOptions, Store
 from scheduler.store.base import SCHEMA_VERSION
 
@@ -57,7 +57,7 @@ def test_marks_only_grow(store: Store):
 
 
 def test_insert_layout_once(store: Store):
-    from scheduler.layout import Layout
+    from scheduler.domain.layout import Layout
 
     lay = Layout(store.layouts().latest.from_bucket + 6000, 8, T0_MS)
     assert store.insert_layout(lay) is True

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from scheduler import Client
-from scheduler.clock import SystemClock
+from scheduler.domain.clock import SystemClock
 from scheduler.store import SchemaOptions, open_store
 from tests.conftest import cassandra_url
 from tests.procs import ROOT, free_port, kill_all, start_poller, wait_until

@@ -9,8 +9,8 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
-from scheduler.coord import LocalCoordinator, ZooKeeperCoordinator, open_coordinator
 from scheduler.errors import ConfigError
+from scheduler.fleet.coord import LocalCoordinator, ZooKeeperCoordinator, open_coordinator
 from scheduler.settings import zookeeper_credentials as read_credentials
 from tests.conftest import ZOOKEEPER_HOSTS
 from tests.procs import wait_until
@@ -96,8 +96,8 @@ def test_coordinator_urls():
 def test_the_plan_is_published_by_compare_and_set(kind, request):
     import uuid
 
-    from scheduler.coord import Coordinator
-    from scheduler.plan import Plan
+    from scheduler.domain.plan import Plan
+    from scheduler.fleet.coord import Coordinator
 
     a: Coordinator
     b: Coordinator
@@ -129,7 +129,7 @@ def test_at_rest_a_member_reads_only_its_lease_and_watches_say_what_changed(zk_r
     """The member list, the plan and held lock nodes are read again only when a watch
     fired: repeated calls at rest make no reads, yet a join, a leave, a publish by
     another member and a lock node deleted behind the holder's back are all seen."""
-    from scheduler.plan import Plan
+    from scheduler.domain.plan import Plan
 
     a = coord(zk_root, "a")
     reads = {"get_children": 0, "exists": 0, "get": 0}

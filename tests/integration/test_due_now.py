@@ -13,7 +13,7 @@ from collections import Counter
 from datetime import UTC, datetime
 
 from scheduler import Client
-from scheduler.clock import SystemClock
+from scheduler.domain.clock import SystemClock
 from scheduler.store import SchemaOptions, open_store
 from tests.conftest import ZOOKEEPER_HOSTS, cassandra_url
 from tests.handlers import read_records

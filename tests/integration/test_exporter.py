@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from scheduler import Client
-from scheduler.clock import SystemClock
-from scheduler.exporter import LagExporter
-from scheduler.fleetview import read_fleet
+from scheduler.domain.clock import SystemClock
+from scheduler.fleet.view import read_fleet
+from scheduler.observe.exporter import LagExporter
 from scheduler.store import SchemaOptions, open_store
 from tests.conftest import ZOOKEEPER_HOSTS, cassandra_url
 from tests.procs import ROOT, schedule, start_poller, wait_until

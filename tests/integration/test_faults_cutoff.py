@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from scheduler import Client
-from scheduler.clock import SystemClock
-from scheduler.fleetview import read_fleet
+from scheduler.domain.clock import SystemClock
+from scheduler.fleet.view import read_fleet
 from scheduler.store import SchemaOptions, open_store
 from tests.conftest import CASSANDRA_HOSTS, CASSANDRA_PORT, ZOOKEEPER_HOSTS, cassandra_url
 from tests.faultload import Pollers, Producer, duplicate_ids, measure, now_ms, preload, wait_fired

@@ -17,8 +17,8 @@ import urllib.request
 import pytest
 
 from scheduler import Client
-from scheduler.clock import SystemClock
-from scheduler.keys import shard_of
+from scheduler.domain.clock import SystemClock
+from scheduler.domain.keys import shard_of
 from scheduler.store import SchemaOptions, open_store
 from tests.conftest import ZOOKEEPER_HOSTS, cassandra_url
 from tests.faultload import Pollers, Producer, measure, now_ms, preload, wait_fired

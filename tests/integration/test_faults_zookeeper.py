@@ -16,7 +16,7 @@ from collections import Counter
 import pytest
 
 from scheduler import Client
-from scheduler.clock import SystemClock
+from scheduler.domain.clock import SystemClock
 from scheduler.store import SchemaOptions, open_store
 from tests.conftest import ZOOKEEPER_HOSTS, cassandra_url
 from tests.faultload import Pollers, Producer, measure, now_ms, preload, wait_fired

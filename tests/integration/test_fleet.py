@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from scheduler import Client
-from scheduler.clock import SystemClock
+from scheduler.domain.clock import SystemClock
 from scheduler.store import SchemaOptions, Store, open_store
 from tests.conftest import ZOOKEEPER_HOSTS, cassandra_url
 from tests.handlers import read_records
@@ -168,7 +168,7 @@ def test_resize_8_to_32_to_16_while_scheduling_and_firing(fleet_env):
     due = schedule(fast, 300, 60, lead_s=5, prefix="a")  # written under S=8, due across both cutovers
     now = SystemClock().now_ms()
     first = (now // 10_000 + 1) * 10_000 + 10_000  # bucket boundaries, beyond the earliest allowed
-    from scheduler.keys import from_ms
+    from scheduler.domain.keys import from_ms
 
     fast.resize(32, from_ms(first))
     due |= schedule(fast, 300, 50, lead_s=5, prefix="b")

@@ -22,10 +22,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from scheduler import Client, JobSpec
-from scheduler.clock import SystemClock
-from scheduler.dispatch import App
-from scheduler.keys import bucket_of_ms
-from scheduler.model import Job
+from scheduler.domain.clock import SystemClock
+from scheduler.domain.dispatch import App
+from scheduler.domain.keys import bucket_of_ms
+from scheduler.domain.model import Job
 from scheduler.poller import Poller, PollerConfig
 from scheduler.store import SchemaOptions, open_store
 from tests.procs import wait_until

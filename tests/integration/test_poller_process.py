@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from scheduler import Client, Status
-from scheduler.clock import SystemClock
+from scheduler.domain.clock import SystemClock
 from scheduler.store import SchemaOptions, open_store
 from tests.conftest import cassandra_url
 from tests.handlers import read_records

@@ -14,8 +14,8 @@ import urllib.request
 from pathlib import Path
 
 from scheduler import Client
-from scheduler.clock import SystemClock
-from scheduler.fleetview import read_fleet
+from scheduler.domain.clock import SystemClock
+from scheduler.fleet.view import read_fleet
 from scheduler.store import SchemaOptions, open_store
 from tests.conftest import ZOOKEEPER_HOSTS, cassandra_url
 from tests.handlers import read_records

@@ -12,8 +12,8 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 
-from scheduler.model import parse_occurrence
-from scheduler.schedule import Occurrence
+from scheduler.domain.model import parse_occurrence
+from scheduler.recurring.schedule import Occurrence
 from tests.handlers import read_records
 from tests.integration.test_fleet import fleet_env, owned, poller, serving  # noqa: F401  (the fixture)
 from tests.procs import wait_until

@@ -7,8 +7,8 @@ import pytest
 from scheduler.errors import ConfigError, SchemaError
 from scheduler.store import SchemaOptions, open_store
 from scheduler.store.base import SCHEMA_VERSION
-from scheduler.store.cassandra import CassandraStore
-from scheduler.store.cconf import replication_map
+from scheduler.store.cassandra.conf import replication_map
+from scheduler.store.cassandra.store import CassandraStore
 from tests.conftest import cassandra_url
 
 T0_MS = 1_800_000_000_000

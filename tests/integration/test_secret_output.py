@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.clock import SystemClock
+from scheduler.domain.clock import SystemClock
 from scheduler.security import Secret
 from scheduler.settings import cassandra_security, zookeeper_security
 from scheduler.store import SchemaOptions

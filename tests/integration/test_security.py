@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 
 from scheduler import Client
-from scheduler.clock import SystemClock
+from scheduler.domain.clock import SystemClock
 from scheduler.errors import TlsError
-from scheduler.fleetview import read_fleet
-from scheduler.observe import lag_report
+from scheduler.fleet.view import read_fleet
+from scheduler.fleet.zkconn import kazoo_client
+from scheduler.observe.lag import lag_report
 from scheduler.settings import zookeeper_credentials, zookeeper_security
 from scheduler.store import SchemaOptions
-from scheduler.zkconn import kazoo_client
 from tests.handlers import read_records
 from tests.procs import ROOT, schedule, start_poller, stop_all, wait_until
 from tests.secure import CQL_PORT, ZK_PORT, create_keyspace, open_as, role_env, url_for
@@ -258,8 +258,8 @@ def schedule_cli(env: dict[str, str], n: int, prefix: str) -> dict[str, int]:
 def test_a_reader_added_later_gets_read_access_when_a_poller_starts(secure_stack, tmp_path):
     """znodes made before SCHEDULER_ZK_READERS named the reader: the reader's view says what
     to do, and the next poller to start gives the reader its read access."""
-    from scheduler.coord import ZooKeeperCoordinator
     from scheduler.errors import PermissionDenied
+    from scheduler.fleet.coord import ZooKeeperCoordinator
 
     app, reader = role_env("app"), role_env("reader")
     root = f"/late_{os.getpid()}"

@@ -8,7 +8,7 @@ from tests.conftest import CASSANDRA_HOSTS, CASSANDRA_PORT, ZOOKEEPER_HOSTS, cas
 
 
 def test_cassandra_is_release_5(cassandra_keyspace):
-    from scheduler.store.cassandra import CassandraStore
+    from scheduler.store.cassandra.store import CassandraStore
 
     store = CassandraStore(cassandra_url(cassandra_keyspace))
     try:

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from scheduler import Client, JobSpec
-from scheduler.clock import SystemClock
+from scheduler.domain.clock import SystemClock
 from scheduler.store import SchemaOptions, open_store
 from tests.conftest import CASSANDRA_HOSTS, CASSANDRA_PORT, cassandra_url
 from tests.faultload import Pollers, measure, wait_fired
@@ -42,7 +42,7 @@ def test_a_slow_write_is_repaired_without_duplicates(cassandra_keyspace, tmp_pat
         now = datetime.now(UTC)
         client.schedule("warm-up", now + timedelta(minutes=5), "record")  # connected, marks written
         proxy.delay_s = DELAY_S
-        with caplog.at_level(logging.WARNING, logger="scheduler.client"):
+        with caplog.at_level(logging.WARNING, logger="scheduler.producer.client"):
             jobs = client.schedule_many([JobSpec(f"slow{i}", now + timedelta(milliseconds=20 * i), "record")
                                          for i in range(50)])
         proxy.delay_s = 0.0

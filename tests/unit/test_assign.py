@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from scheduler.assign import assign, live_shards, owner_of, rebalance
-from scheduler.layout import Layout, Layouts
+from scheduler.domain.assign import assign, live_shards, owner_of, rebalance
+from scheduler.domain.layout import Layout, Layouts
 
 
 def test_every_shard_has_exactly_one_owner_and_all_agree():

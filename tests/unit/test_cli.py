@@ -202,9 +202,9 @@ def test_run_refuses_processes_it_cannot_split(store, extra, message):
 
 
 def test_audit_exits_2_on_a_lost_job_and_0_otherwise(store):
-    from scheduler.keys import bucket_of_ms
-    from scheduler.model import Job
-    from scheduler.progress import Checkpoint
+    from scheduler.domain.keys import bucket_of_ms
+    from scheduler.domain.model import Job
+    from scheduler.domain.progress import Checkpoint
     from scheduler.store import open_store
 
     t0 = 1_800_000_000_000
@@ -234,7 +234,7 @@ def test_audit_exits_2_on_a_lost_job_and_0_otherwise(store):
 def test_refire_a_window_dry_run_then_twice_fires_once(store):
     from datetime import UTC, datetime, timedelta
 
-    from scheduler.client import Client
+    from scheduler.producer.client import Client
 
     now = datetime.now(UTC)
     client = Client(store)

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from typer.main import get_command
 
-import scheduler.cli  # noqa: F401  (registers every command)
-from scheduler.cli_common import app
+import scheduler.cli.main  # noqa: F401  (registers every command)
+from scheduler.cli.common import app
 from scheduler.logs import CHATTY
 from tests.conftest import sqlite_dump as dump
 
@@ -250,7 +250,7 @@ def test_version_without_an_installed_distribution(monkeypatch):
     import importlib.metadata
 
     from scheduler import __version__
-    from scheduler.cli_common import version
+    from scheduler.cli.common import version
 
     def missing(name: str) -> str:
         raise importlib.metadata.PackageNotFoundError(name)
@@ -260,13 +260,13 @@ def test_version_without_an_installed_distribution(monkeypatch):
 
 
 def test_an_unexpected_error_is_one_line_and_the_traceback_only_on_request(capsys, monkeypatch):
-    import scheduler.cli_common as common
+    import scheduler.cli.common as common
 
     def boom(store: Any) -> Any:
         raise RuntimeError("something\nnobody foresaw")
 
     monkeypatch.setattr(common, "client_for", boom)
-    monkeypatch.setattr("scheduler.cli.client_for", boom)
+    monkeypatch.setattr("scheduler.cli.main.client_for", boom)
     runtime_error(invoke(capsys, ["reschedule", "x", "--at", FUTURE]),
                   "unexpected RuntimeError: something nobody foresaw", "SCHEDULER_DEBUG=1")
     monkeypatch.setenv("SCHEDULER_DEBUG", "1")
@@ -279,7 +279,7 @@ def test_ctrl_c_exits_130(capsys, monkeypatch):
     def interrupted(store: Any) -> Any:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("scheduler.cli.client_for", interrupted)
+    monkeypatch.setattr("scheduler.cli.main.client_for", interrupted)
     code, out, _ = invoke(capsys, ["reschedule", "x", "--at", FUTURE])
     assert code == 130 and out == ""
 
@@ -332,10 +332,10 @@ def test_recurring_check_prints_its_report_and_one_error_line(tmp_path, capsys):
     from datetime import UTC, datetime, timedelta
 
     from scheduler import Client
-    from scheduler.clock import FakeClock
-    from scheduler.keys import to_ms
+    from scheduler.domain.clock import FakeClock
+    from scheduler.domain.keys import to_ms
     from scheduler.recurring.chain import GRACE_MS
-    from scheduler.schedule import occurrence_id
+    from scheduler.recurring.schedule import occurrence_id
 
     url = f"sqlite:///{tmp_path}/r.db"
     assert ROOT.main(["schema", "apply", "--store", url], "scheduler", standalone_mode=False) == 0

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-import scheduler.cli  # noqa: F401  (registers every command)
+import scheduler.cli.main  # noqa: F401  (registers every command)
 from scheduler import Client
-from scheduler.cli_common import app, cell
+from scheduler.cli.common import app, cell
 from scheduler.store import open_store
 
 ESC_ID = "e\x1b[31mred\x1b]8;;https://evil.example\x07x"

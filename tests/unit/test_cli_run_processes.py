@@ -14,10 +14,11 @@ import typer
 from typer.main import get_command
 from typer.testing import CliRunner
 
-import scheduler.cli  # noqa: F401  (registers every command)
-from scheduler import logs, supervisor
-from scheduler.cli_common import app, given_options
-from scheduler.supervisor import member_argv
+import scheduler.cli.main  # noqa: F401  (registers every command)
+from scheduler import logs
+from scheduler.cli.common import app, given_options
+from scheduler.runtime import supervisor
+from scheduler.runtime.supervisor import member_argv
 
 PER_MEMBER = ("processes", "metrics_address", "name")
 ZK = "zookeeper://zk.invalid:2181/run"  # parsed only: nothing connects

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner, Result
 
-import scheduler.cli  # noqa: F401  (registers every command)
-from scheduler.cli_common import app
+import scheduler.cli.main  # noqa: F401  (registers every command)
+from scheduler.cli.common import app
 
 LONE = "s\udcff"  # how Python reads the undecodable argv byte b"s\xff"
 

@@ -23,13 +23,13 @@ from markupsafe import escape
 from starlette.testclient import TestClient
 
 from scheduler import Client, Status
-from scheduler.audit import last_closed_hour
 from scheduler.console.app import build
 from scheduler.console.guard import COOKIE, Guard
 from scheduler.console.pages import Fleet
 from scheduler.console.protect import MAX_BODY_BYTES, MAX_FIELDS
-from scheduler.fleetview import FleetSnapshot
-from scheduler.progress import Checkpoint
+from scheduler.domain.progress import Checkpoint
+from scheduler.fleet.view import FleetSnapshot
+from scheduler.observe.audit import last_closed_hour
 from scheduler.store import SchemaOptions, Store
 from tests.conftest import bucket_job, make_store
 
@@ -327,7 +327,7 @@ def test_signing_out_kills_the_session_even_for_a_copied_cookie(hostile: tuple[C
 def test_running_the_audit_is_gated_and_its_last_result_stays_visible(
         hostile: tuple[Client, Store], monkeypatch: pytest.MonkeyPatch):
     import scheduler.console.app as app_module
-    from scheduler.audit import audit as real
+    from scheduler.observe.audit import audit as real
 
     calls: list[tuple[int, int]] = []
 

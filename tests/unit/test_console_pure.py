@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.audit import AuditReport
 from scheduler.console.auditrun import AuditRuns
 from scheduler.console.guard import SESSION_S, Guard, same
 from scheduler.console.history import LagHistory, level
 from scheduler.console.pages import lateness
 from scheduler.console.protect import BANNERS, banner
-from scheduler.model import Job, Status
+from scheduler.domain.model import Job, Status
+from scheduler.observe.audit import AuditReport
 
 TOKEN = "0123456789abcdef-token"
 

@@ -47,7 +47,7 @@ def test_refire_refuses_a_window_that_ends_in_the_future(client: Client):
 
 def test_the_sampler_survives_any_error_shows_it_and_logs_it_once(client: Client,
                                                                    caplog: pytest.LogCaptureFixture):
-    from scheduler.fleetview import FleetSnapshot
+    from scheduler.fleet.view import FleetSnapshot
 
     calls: list[int] = []
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-import scheduler.cli  # noqa: F401  (registers every command)
-from scheduler.cli_common import app
+import scheduler.cli.main  # noqa: F401  (registers every command)
+from scheduler.cli.common import app
 
 ROOT = Path(__file__).resolve().parents[2]
 WHAT = "one-shot and recurring jobs"

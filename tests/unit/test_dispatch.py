@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.dispatch import App, RetryPolicy, load_app, run_handler
+from scheduler.domain.dispatch import App, RetryPolicy, load_app, run_handler
+from scheduler.domain.model import Job
 from scheduler.errors import ConfigError
-from scheduler.model import Job
 
 
 def job(kind: str = "email", attempts: int = 0) -> Job:
@@ -62,7 +62,7 @@ def test_a_failed_outcome_holds_no_locals_of_any_frame_in_the_chain():
     import gc
     import weakref
 
-    from scheduler.dispatch import clear_locals
+    from scheduler.domain.dispatch import clear_locals
 
     class Big:
         pass

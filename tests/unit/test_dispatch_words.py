@@ -8,9 +8,9 @@ from __future__ import annotations
 import typer
 from typer.main import get_command
 
-import scheduler.cli  # noqa: F401  (registers every command)
-from scheduler.cli_common import app
-from scheduler.metrics import PollerMetrics
+import scheduler.cli.main  # noqa: F401  (registers every command)
+from scheduler.cli.common import app
+from scheduler.observe.metrics import PollerMetrics
 from scheduler.poller import Poller
 
 

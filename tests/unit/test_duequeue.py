@@ -1,9 +1,9 @@
 from __future__ import annotations
 
-from scheduler.clock import FakeClock
-from scheduler.model import Job
+from scheduler.domain.clock import FakeClock
+from scheduler.domain.model import Job
+from scheduler.domain.ratelimit import TokenBucket
 from scheduler.poller.duequeue import DueQueue
-from scheduler.ratelimit import TokenBucket
 
 
 def job(job_id: str, fire_ms: int, shard: int = 0) -> Job:

@@ -1,4 +1,4 @@
-"""The two drivers of effect generators (``scheduler.effects``) behave alike: results
+"""The two drivers of effect generators (``scheduler.domain.effects``) behave alike: results
 are sent back, store errors are thrown in at the ``yield`` (so ``except`` works around
 it), pauses pause, and what the generator does not catch reaches the caller."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.effects import Sleep, Steps, call, run_async, run_sync
+from scheduler.domain.effects import Sleep, Steps, call, run_async, run_sync
 from scheduler.errors import StoreUnavailable
 
 
@@ -84,7 +84,7 @@ def test_the_readme_python_examples_compile():
 
 
 def test_nudge_datagrams_round_trip_and_stay_small():
-    from scheduler.nudgewire import DATAGRAM_BYTES, decode, encode
+    from scheduler.producer.wire import DATAGRAM_BYTES, decode, encode
 
     entries = [(i % 16, 1_800_000_000, 1_800_000_000_000 + i, f"job-{i}") for i in range(500)]
     datagrams = encode(entries)

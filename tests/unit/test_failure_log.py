@@ -1,11 +1,11 @@
-"""The rate limiter of failure logs (``scheduler.logdigest``), on an injected clock."""
+"""The rate limiter of failure logs (``scheduler.observe.logdigest``), on an injected clock."""
 
 from __future__ import annotations
 
 import pytest
 
-from scheduler.clock import FakeClock
-from scheduler.logdigest import OTHER, Admit, LogDigest, Summary, summary_text
+from scheduler.domain.clock import FakeClock
+from scheduler.observe.logdigest import OTHER, Admit, LogDigest, Summary, summary_text
 
 
 @pytest.fixture

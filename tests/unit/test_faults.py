@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from scheduler.faults import Backoff, FaultLog, RateLimitFilter
+from scheduler.observe.faults import Backoff, FaultLog, RateLimitFilter
 
 
 class Tick:

@@ -9,7 +9,7 @@ from pathlib import Path
 import mmh3
 import pytest
 
-from scheduler.keys import bucket_of, bucket_of_ms, from_ms, jitter_ms, job_hash, shard_of, to_ms
+from scheduler.domain.keys import bucket_of, bucket_of_ms, from_ms, jitter_ms, job_hash, shard_of, to_ms
 
 VECTORS = json.loads((Path(__file__).parents[2] / "docs" / "keys-vectors.json").read_text("utf-8"))
 

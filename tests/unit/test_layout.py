@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
+from scheduler.domain.layout import Layout, Layouts, check_resize, earliest_cutover_ms, mark_end_for
 from scheduler.errors import InvalidInput, ResizeRefused
-from scheduler.layout import Layout, Layouts, check_resize, earliest_cutover_ms, mark_end_for
 
 W = 60
 NOW_MS = 1_800_000_000_000  # a bucket boundary: 1800000000 % 60 == 0

@@ -4,8 +4,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from scheduler.errors import InvalidInput
-from scheduler.model import (
+from scheduler.domain.model import (
     MAX_JOB_ID_BYTES,
     check_due,
     check_job_id,
@@ -13,6 +12,7 @@ from scheduler.model import (
     encode_payload,
     parse_time,
 )
+from scheduler.errors import InvalidInput
 
 
 def test_naive_datetime_is_an_error_not_utc():
@@ -82,7 +82,7 @@ def test_parse_time_quotes_at_most_64_characters():
     ("1" * 5000, "not valid JSON"),
 ])
 def test_loads_refuses_what_is_not_strict_json(line, message):
-    from scheduler.jobspec import loads
+    from scheduler.domain.jobspec import loads
 
     with pytest.raises(InvalidInput, match=message):
         loads(line, "f:1")
@@ -90,7 +90,7 @@ def test_loads_refuses_what_is_not_strict_json(line, message):
 
 @pytest.mark.parametrize("jitter", [True, 10**400, "5", None])
 def test_a_load_record_refuses_a_jitter_that_is_not_a_number(jitter):
-    from scheduler.jobspec import spec_from_dict
+    from scheduler.domain.jobspec import spec_from_dict
 
     with pytest.raises(InvalidInput, match="jitter"):
         spec_from_dict({"id": "a", "at": "2030-01-01T00:00:00Z", "kind": "k", "jitter": jitter}, 0)

@@ -18,13 +18,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scheduler import Client
-from scheduler.clock import FakeClock
-from scheduler.dispatch import App
+from scheduler.domain.clock import FakeClock
+from scheduler.domain.dispatch import App
+from scheduler.domain.keys import from_ms
+from scheduler.domain.layout import MAX_SHARD_COUNT
+from scheduler.domain.model import MAX_JOB_ID_BYTES, check_job_id
 from scheduler.errors import InvalidInput
-from scheduler.keys import from_ms
-from scheduler.layout import MAX_SHARD_COUNT
-from scheduler.model import MAX_JOB_ID_BYTES, check_job_id
-from scheduler.nudgewire import (
+from scheduler.poller import Poller, PollerConfig
+from scheduler.poller.nudge import MAX_BATCH, REJECTED_SUMMARY_S
+from scheduler.producer.wire import (
     DATAGRAM_BYTES,
     INT64_MAX,
     MAX_DATAGRAM_BYTES,
@@ -33,8 +35,6 @@ from scheduler.nudgewire import (
     decode,
     encode,
 )
-from scheduler.poller import Poller, PollerConfig
-from scheduler.poller.nudge import MAX_BATCH, REJECTED_SUMMARY_S
 from scheduler.store import SchemaOptions, Store, open_store
 from tests.procs import wait_until
 

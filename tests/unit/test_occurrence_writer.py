@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from scheduler import Client
-from scheduler.clock import FakeClock
-from scheduler.dispatch import App
+from scheduler.domain.clock import FakeClock
+from scheduler.domain.dispatch import App
 from scheduler.store import SchemaOptions
 from tests.conftest import make_store
 from tests.contract.test_poller_contract import T0_MS, drive, make_poller

@@ -15,10 +15,10 @@ import pytest
 import yaml
 from typer.main import get_command
 
-from scheduler.audit import AuditReport
-from scheduler.clock import FakeClock
-from scheduler.exporter import LagExporter
-from scheduler.metrics import PollerMetrics
+from scheduler.domain.clock import FakeClock
+from scheduler.observe.audit import AuditReport
+from scheduler.observe.exporter import LagExporter
+from scheduler.observe.metrics import PollerMetrics
 
 ROOT = Path(__file__).parents[2]
 PROM = ROOT / "ops" / "prometheus"
@@ -122,10 +122,10 @@ def test_compose_servers_match_the_ops_scripts():
 
 
 def test_compose_commands_are_valid_scheduler_commands():
-    import scheduler.cli_console  # registers its command
-    import scheduler.cli_ops  # noqa: F401  (registers its commands)
-    from scheduler.cli_common import app
-    from scheduler.dispatch import load_app
+    import scheduler.cli.console  # registers its command
+    import scheduler.cli.ops  # noqa: F401  (registers its commands)
+    from scheduler.cli.common import app
+    from scheduler.domain.dispatch import load_app
     from scheduler.settings import Settings
 
     root = cast(click.Group, get_command(app))
@@ -161,7 +161,7 @@ def test_compose_prometheus_and_grafana_use_the_repo_files():
     targets = {job["job_name"]: job["static_configs"][0]["targets"] for job in prom_cfg["scrape_configs"]}
     exporter_port = services["exporter"]["command"][services["exporter"]["command"].index("--address") + 1]
     assert targets["scheduler-exporter"] == [f"exporter:{exporter_port.rsplit(':', 1)[1]}"]
-    from scheduler.supervisor import offset_address
+    from scheduler.runtime.supervisor import offset_address
 
     expected = set()
     for name, svc in services.items():
@@ -246,7 +246,7 @@ def ops_default_plain(script: str, variable: str) -> str:
 
 
 def test_every_query_file_names_each_statement_once():
-    from scheduler.queries import parse_named
+    from scheduler.store.queries import parse_named
 
     for path in sorted((ROOT / "cql").rglob("*.*ql")):
         parse_named(path.read_text(encoding="utf-8"))  # raises on a name given twice

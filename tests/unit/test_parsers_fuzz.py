@@ -18,15 +18,15 @@ import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from scheduler.coordurl import check_coordinator_url
-from scheduler.durations import MAX_S, format_seconds, seconds, whole_seconds
+from scheduler.domain.durations import MAX_S, format_seconds, seconds, whole_seconds
+from scheduler.domain.jobspec import loads, records_from_lines, spec_from_dict
+from scheduler.domain.keys import from_ms, to_ms
+from scheduler.domain.layout import MAX_SHARD_COUNT, parse_shard_spec
+from scheduler.domain.model import parse_time
 from scheduler.errors import ConfigError, InvalidInput, SchedulerError
-from scheduler.jobspec import loads, records_from_lines, spec_from_dict
-from scheduler.keys import from_ms, to_ms
-from scheduler.layout import MAX_SHARD_COUNT, parse_shard_spec
-from scheduler.model import parse_time
-from scheduler.observe import parse_bucket
-from scheduler.rule import Rule, zone
+from scheduler.fleet.url import check_coordinator_url
+from scheduler.observe.lag import parse_bucket
+from scheduler.recurring.rule import Rule, zone
 from scheduler.store import check_store_url, open_store
 from tests.conftest import sqlite_dump as dump
 
@@ -208,7 +208,7 @@ def test_loads_raises_only_invalid_input(text):
 
 @pytest.fixture(scope="module")
 def load_store(tmp_path_factory: pytest.TempPathFactory) -> str:
-    from scheduler.clock import SystemClock
+    from scheduler.domain.clock import SystemClock
     from scheduler.store import SchemaOptions
 
     url = f"sqlite:///{tmp_path_factory.mktemp('load') / 'load.db'}"
@@ -230,8 +230,8 @@ def test_a_load_file_with_a_bad_line_writes_nothing(load_store, tmp_path_factory
 
     from typer.main import get_command
 
-    import scheduler.cli  # noqa: F401  (registers every command)
-    from scheduler.cli_common import app
+    import scheduler.cli.main  # noqa: F401  (registers every command)
+    from scheduler.cli.common import app
 
     text = "\n".join(lines)
     try:
@@ -257,8 +257,8 @@ def test_a_load_file_that_is_valid_is_written(load_store, tmp_path, capsys):
     """The property above can pass by refusing everything: a valid file does load."""
     from typer.main import get_command
 
-    import scheduler.cli  # noqa: F401
-    from scheduler.cli_common import app
+    import scheduler.cli.main  # noqa: F401
+    from scheduler.cli.common import app
 
     path = tmp_path / "ok.jsonl"
     path.write_text(json.dumps({**GOOD, "id": "valid-1", "at": datetime(2030, 1, 2, tzinfo=UTC).isoformat()})

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import zlib
 
-from scheduler.assign import rebalance
-from scheduler.plan import LEADER_GRACE_S, Plan, decode, encode, next_plan
+from scheduler.domain.assign import rebalance
+from scheduler.domain.plan import LEADER_GRACE_S, Plan, decode, encode, next_plan
 
 
 def test_encoding_round_trips_and_is_small_at_scale():

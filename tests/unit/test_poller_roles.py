@@ -12,17 +12,17 @@ from typing import Any
 
 import pytest
 
-from scheduler.clock import SystemClock
-from scheduler.dispatch import App, Outcome
+from scheduler.domain.clock import SystemClock
+from scheduler.domain.dispatch import App, Outcome
+from scheduler.domain.layout import Layout, Layouts
+from scheduler.domain.model import Job
+from scheduler.domain.progress import Checkpoint
 from scheduler.errors import StoreUnavailable
-from scheduler.layout import Layout, Layouts
-from scheduler.metrics import PollerMetrics
-from scheduler.model import Job
+from scheduler.observe.metrics import PollerMetrics
 from scheduler.poller import Poller, PollerConfig, ShardState
 from scheduler.poller.recorder import LINGER_BELOW, Recorder
 from scheduler.poller.shared import Core
 from scheduler.poller.workers import ThreadWorkers, _Worker
-from scheduler.progress import Checkpoint
 from scheduler.store.base import ShardCheckpoint, StoreMeta
 
 META = StoreMeta(schema_version=1, bucket_width_s=60, late_margin_ms=3000, max_skew_ms=500,

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.progress import Checkpoint, ShardProgress
+from scheduler.domain.progress import Checkpoint, ShardProgress
 
 W = 60
 B0 = 1_800_000_000  # a bucket start, epoch s

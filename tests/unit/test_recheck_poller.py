@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 
 from scheduler import Client
-from scheduler.clock import FakeClock
-from scheduler.dispatch import App
+from scheduler.domain.clock import FakeClock
+from scheduler.domain.dispatch import App
+from scheduler.domain.keys import from_ms
+from scheduler.domain.model import Job
+from scheduler.domain.progress import Checkpoint
 from scheduler.errors import StoreUnavailable
-from scheduler.keys import from_ms
-from scheduler.model import Job
-from scheduler.nudgewire import encode
 from scheduler.poller import Poller, PollerConfig
-from scheduler.progress import Checkpoint
+from scheduler.producer.wire import encode
 from scheduler.store import SchemaOptions, Store, open_store
 from tests.procs import wait_until
 

@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler.clock import FakeClock
-from scheduler.model import Job
-from scheduler.nudgewire import (
+from scheduler.domain.clock import FakeClock
+from scheduler.domain.model import Job
+from scheduler.poller.duequeue import DueQueue
+from scheduler.producer.wire import (
     DATAGRAM_BYTES,
     MAX_DATAGRAM_BYTES,
     MAX_ENTRIES,
@@ -21,7 +22,6 @@ from scheduler.nudgewire import (
     decode_message,
     encode,
 )
-from scheduler.poller.duequeue import DueQueue
 from tests.unit.test_nudgewire import ENTRY, JSON, VALID_ENTRIES, assert_valid
 
 T0_MS = 1_800_000_000_000

@@ -9,9 +9,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from scheduler.domain.keys import from_ms, to_ms
 from scheduler.errors import InvalidInput
-from scheduler.keys import from_ms, to_ms
-from scheduler.rule import Rule, parse_duration
+from scheduler.recurring.rule import Rule, parse_duration
 
 
 def local(ms: list[int], tz: str) -> list[str]:
@@ -117,7 +117,7 @@ def test_durations_share_the_syntax_of_every_flag():
 
 @pytest.mark.parametrize("value", [True, 1.5, -1, None])
 def test_a_duration_given_as_a_number_must_be_whole_seconds(value):
-    from scheduler.recurring.api import _seconds
+    from scheduler.producer.recurring import _seconds
 
     with pytest.raises(InvalidInput):
         _seconds(value, "--jitter", allow_zero=True)

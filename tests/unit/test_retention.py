@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.errors import InvalidInput
-from scheduler.retention import (
+from scheduler.domain.retention import (
     MAX_EXPIRY_MS,
     MAX_TTL_S,
     Retention,
@@ -13,6 +12,7 @@ from scheduler.retention import (
     format_duration,
     ttl_s,
 )
+from scheduler.errors import InvalidInput
 
 NOW = 1_800_000_000_000
 

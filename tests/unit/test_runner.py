@@ -6,10 +6,10 @@ import threading
 from typing import Any
 
 from scheduler import Client, Job, run_poller
-from scheduler.clock import SystemClock
-from scheduler.keys import from_ms
+from scheduler.domain.clock import SystemClock
+from scheduler.domain.keys import from_ms
 from scheduler.poller import PollerConfig
-from scheduler.runner import EXIT_FAILED, EXIT_OK
+from scheduler.runtime.runner import EXIT_FAILED, EXIT_OK
 from scheduler.store import SchemaOptions, open_store
 
 

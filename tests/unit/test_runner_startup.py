@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from scheduler import runner
-from scheduler.clock import SystemClock
-from scheduler.coord import LocalCoordinator
+from scheduler.domain.clock import SystemClock
 from scheduler.errors import ConfigError, OwnershipLost, SchedulerError, SchemaError
+from scheduler.fleet.coord import LocalCoordinator
 from scheduler.poller import Poller
-from scheduler.runner import EXIT_OK, run_poller
+from scheduler.runtime import runner
+from scheduler.runtime.runner import EXIT_OK, run_poller
 from scheduler.store import SchemaOptions, open_store
 
 

@@ -6,10 +6,10 @@ import pytest
 
 from scheduler.diagnose import explain_unauthorized
 from scheduler.errors import ConfigError, PermissionDenied
+from scheduler.fleet.zkconn import kazoo_client
 from scheduler.security import Secret, ZkSecurity, is_loopback
 from scheduler.settings import cassandra_security, zookeeper_security
-from scheduler.store.cconf import CassandraUrl
-from scheduler.zkconn import kazoo_client
+from scheduler.store.cassandra.conf import CassandraUrl
 
 
 def test_a_password_never_shows_in_a_repr_and_its_file_is_read_on_each_use(tmp_path):

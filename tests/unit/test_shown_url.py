@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler.coordurl import check_coordinator_url
 from scheduler.errors import ConfigError, shown_url
+from scheduler.fleet.url import check_coordinator_url
 from scheduler.store import check_store_url
 
 SECRET = "hunter2-s3cret"

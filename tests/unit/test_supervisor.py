@@ -8,9 +8,9 @@ import threading
 
 import pytest
 
-from scheduler import supervisor
 from scheduler.errors import InvalidInput
-from scheduler.supervisor import Member, Supervisor, member_argv, offset_address, processes_default
+from scheduler.runtime import supervisor
+from scheduler.runtime.supervisor import Member, Supervisor, member_argv, offset_address, processes_default
 
 
 def test_member_argv_replaces_the_per_member_options_in_both_forms():

@@ -1,0 +1,83 @@
+"""``JobSpec``: one job to schedule, and how a JSON-lines record becomes one. Pure.
+
+JSON from outside (``--payload``, the lines of ``scheduler load``) is read by
+``loads``: strict JSON only, so ``InvalidInput`` is the one error any text can raise.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, cast
+
+from ..errors import InvalidInput
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One job to schedule, as ``schedule`` takes it."""
+
+    job_id: str
+    due_at: datetime
+    kind: str
+    payload: Any = None
+    jitter_s: float = 0.0
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (JavaScript's, not JSON's)")
+
+
+def loads(text: str | bytes, what: str) -> Any:
+    """The JSON value of ``text``; ``InvalidInput`` naming ``what`` for anything that is
+    not strict JSON: a syntax error, ``NaN``/``Infinity`` (Python's json takes them,
+    other languages' readers of the payload would not), nesting too deep for the parser,
+    a number of more than 4,300 digits, bytes that are not UTF-8."""
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        raise InvalidInput(f"{what} is nested too deeply to read as JSON") from None
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise InvalidInput(f"{what} is not valid JSON ({exc})") from None
+
+
+def records_from_lines(lines: Iterable[str], source: str) -> list[Any]:
+    """The JSON value of each non-blank line of a JSON-lines text, in order. The first
+    bad line raises ``InvalidInput`` naming ``source:line``; nothing else is raised."""
+    records = []
+    for n, line in enumerate(lines, 1):
+        if line.strip():
+            records.append(loads(line, f"{source}:{n}"))
+    return records
+
+
+def spec_from_dict(raw: dict[str, Any], index: int) -> JobSpec:
+    """A JobSpec from a JSON-lines record: ``id``/``job_id``, ``at``/``due_at``, ``kind``,
+    optional ``payload`` and ``jitter``."""
+    from .model import parse_time
+
+    if not isinstance(raw, dict):
+        raise InvalidInput(f"job #{index + 1}: expected an object, got {type(raw).__name__}")
+    job_id = raw.get("job_id", raw.get("id"))
+    at = raw.get("due_at", raw.get("at"))
+    if not isinstance(at, str | datetime):
+        raise InvalidInput(f"job #{index + 1}: missing due_at (an ISO 8601 time with an offset)")
+    unknown = set(raw) - {"job_id", "id", "due_at", "at", "kind", "payload", "jitter", "jitter_s"}
+    if unknown:
+        raise InvalidInput(f"job #{index + 1}: unknown field(s) {', '.join(sorted(unknown))}")
+    try:
+        due = at if isinstance(at, datetime) else parse_time(at)
+    except InvalidInput as exc:
+        raise InvalidInput(f"job #{index + 1}: {exc}") from None
+    jitter = raw.get("jitter", raw.get("jitter_s", 0.0))
+    if isinstance(jitter, bool) or not isinstance(jitter, int | float):
+        raise InvalidInput(f"job #{index + 1}: jitter must be a number of seconds")
+    try:
+        jitter_s = float(jitter)
+    except OverflowError:  # an integer of hundreds of digits
+        raise InvalidInput(f"job #{index + 1}: jitter {jitter} is out of range") from None
+    # id and kind are checked by Client.build, which names the job on error.
+    return JobSpec(job_id=cast(str, job_id), due_at=due, kind=cast(str, raw.get("kind")),
+                   payload=raw.get("payload"), jitter_s=jitter_s)

@@ -1,0 +1,153 @@
+"""Coordination of a poller fleet: membership, one lock per shard, fencing tokens, and
+a lease that says whether it is safe to fire right now.
+
+``--coordinator`` (or ``SCHEDULER_COORDINATOR``) picks the implementation:
+
+- ``zookeeper://h1:2181,h2:2181/root``: ``zkcoord.ZooKeeperCoordinator`` (members,
+  locks, fencing tokens, the lease);
+- ``local``: in-process, for the embedded mode and the demo.
+
+Both also hold the fleet's published shard assignment (``plan.py``), replaced by
+compare-and-set on its version.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, ClassVar, Protocol
+
+from ..domain.plan import Plan
+from ..security import ZkSecurity
+from ..settings import zookeeper_credentials as read_credentials
+from ..settings import zookeeper_security
+from .url import check_coordinator_url
+from .zkcoord import DEFAULT_SESSION_TIMEOUT_S, ZooKeeperCoordinator
+
+__all__ = ["DEFAULT_SESSION_TIMEOUT_S", "Coordinator", "LocalCoordinator", "ZooKeeperCoordinator",
+           "open_coordinator"]
+
+
+class Coordinator(Protocol):
+    member_id: str
+
+    def start(self, member_id: str) -> None: ...
+    def stop(self) -> None: ...
+    def members(self) -> list[str]:
+        """Live members, sorted."""
+
+    def try_acquire(self, shard: int) -> int | None:
+        """Take the shard's lock without waiting; its fencing token, or None."""
+
+    def release(self, shard: int) -> None: ...
+    def held(self) -> set[int]:
+        """Shards whose lock we still hold (a lost session empties it)."""
+
+    def lease_valid(self) -> bool:
+        """True while it is safe to fire for the shards held."""
+
+    def session_lost(self) -> bool:
+        """True once the session expired: every lock is gone, and this member with it."""
+
+    def leave(self) -> None:
+        """Stop being a member (others take our shards) while keeping the session."""
+
+    def join(self) -> None:
+        """Be a member again after ``leave``."""
+
+    def read_plan(self) -> tuple[Plan | None, int]:
+        """The published assignment and its version (-1: none was ever published)."""
+
+    def publish_plan(self, plan: Plan, version: int) -> bool:
+        """Publish ``plan`` if the published one is still at ``version`` (compare and
+        set); False when another member published first."""
+
+
+class LocalCoordinator:
+    """In-process coordination: members and locks in a registry shared by root name."""
+
+    _registries: ClassVar[dict[str, dict[str, Any]]] = {}
+    _guard: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, root: str = "default") -> None:
+        with self._guard:
+            self._reg = self._registries.setdefault(
+                root, {"members": set(), "locks": {}, "counter": 0, "plan": (None, -1)})
+        self.member_id = ""
+
+    def start(self, member_id: str) -> None:
+        self.member_id = member_id
+        with self._guard:
+            self._reg["members"].add(member_id)
+
+    def stop(self) -> None:
+        with self._guard:
+            self._reg["members"].discard(self.member_id)
+            for shard, (holder, _) in list(self._reg["locks"].items()):
+                if holder == self.member_id:
+                    del self._reg["locks"][shard]
+
+    def members(self) -> list[str]:
+        with self._guard:
+            return sorted(self._reg["members"])
+
+    def try_acquire(self, shard: int) -> int | None:
+        with self._guard:
+            holder = self._reg["locks"].get(shard)
+            if holder is not None:
+                return int(holder[1]) if holder[0] == self.member_id else None
+            self._reg["counter"] += 1
+            # Above any epoch a stored checkpoint may hold from an earlier run.
+            token = time.time_ns() + self._reg["counter"]
+            self._reg["locks"][shard] = (self.member_id, token)
+            return int(token)
+
+    def release(self, shard: int) -> None:
+        with self._guard:
+            if self._reg["locks"].get(shard, ("",))[0] == self.member_id:
+                del self._reg["locks"][shard]
+
+    def held(self) -> set[int]:
+        with self._guard:
+            return {s for s, (h, _) in self._reg["locks"].items() if h == self.member_id}
+
+    def lease_valid(self) -> bool:
+        return True
+
+    def session_lost(self) -> bool:
+        return False
+
+    def leave(self) -> None:
+        with self._guard:
+            self._reg["members"].discard(self.member_id)
+
+    def join(self) -> None:
+        with self._guard:
+            self._reg["members"].add(self.member_id)
+
+    def read_plan(self) -> tuple[Plan | None, int]:
+        with self._guard:
+            return self._reg["plan"]  # type: ignore[no-any-return]
+
+    def publish_plan(self, plan: Plan, version: int) -> bool:
+        with self._guard:
+            if self._reg["plan"][1] != version:
+                return False
+            self._reg["plan"] = (plan, version + 1)
+            return True
+
+
+def open_coordinator(url: str | None, *, session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S,
+                     credentials: Callable[[], str | None] = read_credentials,
+                     security: Callable[[], ZkSecurity] = zookeeper_security) -> Coordinator:
+    """``local`` or ``zookeeper://h1:2181,h2:2181/root``; ``ConfigError`` (one line) for a
+    malformed URL, checked before anything connects."""
+    if not url or url == "local":
+        return LocalCoordinator()
+    zk_url = check_coordinator_url(url)  # ConfigError, one line, before anything connects
+    if zk_url is None:
+        return LocalCoordinator(url.split(":", 1)[1] or "default")
+    return ZooKeeperCoordinator(zk_url.hosts, zk_url.root,
+                                session_timeout_s=session_timeout_s, credentials=credentials(),
+                                security=security())

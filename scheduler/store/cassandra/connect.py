@@ -1,0 +1,78 @@
+"""Opening the Cassandra store's driver session: the execution profile, the login and
+TLS from the settings, and a failed connection turned into one typed line."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from ...diagnose import explain_cassandra, first_cause
+from ...errors import AuthenticationError, ConfigError, StoreUnavailable
+from ...security import ROTATION_GAP_S, ROTATION_SETTLE_S, CassandraSecurity
+from .conf import CassandraUrl
+from .policy import IdempotentRetryPolicy, reconnection_policy
+
+log = logging.getLogger("scheduler.store")
+
+
+def connect(cfg: CassandraUrl, sec: CassandraSecurity, *, request_timeout_s: float,
+            connect_timeout_s: float) -> tuple[Any, Any]:
+    """``(cluster, session)`` for ``cfg``. Raises ``StoreUnavailable`` when no host answers,
+    ``AuthenticationError`` or ``TlsError`` (one line naming the setting to fix) when the
+    login or the handshake fails, ``ConfigError`` for a bad setting. Nothing stays open
+    after a failure."""
+    from cassandra import ConsistencyLevel, UnresolvableContactPoints
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable
+    from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+    from cassandra.query import tuple_factory
+
+    try:
+        cl = ConsistencyLevel.name_to_value[cfg.consistency]
+    except KeyError:
+        raise ConfigError(f"unknown consistency {cfg.consistency!r} in store URL") from None
+    profile = ExecutionProfile(
+        load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=cfg.local_dc)),
+        retry_policy=IdempotentRetryPolicy(),
+        consistency_level=cl,
+        serial_consistency_level=ConsistencyLevel.LOCAL_SERIAL,
+        request_timeout=request_timeout_s,
+        row_factory=tuple_factory,
+    )
+    where = f"{','.join(cfg.hosts)}:{cfg.port}"
+    give_up = time.monotonic() + ROTATION_GAP_S + ROTATION_SETTLE_S
+    while True:
+        password_before = sec.password.fingerprint() if sec.password is not None else None
+        try:
+            cluster = Cluster(
+                cfg.hosts, port=cfg.port, protocol_version=cfg.protocol_version,
+                execution_profiles={EXEC_PROFILE_DEFAULT: profile}, connect_timeout=connect_timeout_s,
+                reconnection_policy=reconnection_policy(), auth_provider=sec.auth_provider(cfg.user),
+                ssl_context=sec.tls.context() if sec.tls is not None else None,
+            )
+        except UnresolvableContactPoints:  # raised before anything is opened
+            raise StoreUnavailable(
+                f"cannot resolve the Cassandra host name(s) {', '.join(cfg.hosts)} (no address found "
+                "for any of them); fix the host in --store / SCHEDULER_STORE, or the DNS"
+            ) from None
+        try:
+            return cluster, cluster.connect()
+        except NoHostAvailable as exc:
+            cluster.shutdown()
+            explained = explain_cassandra(exc, where, cfg.user or sec.user, sec.tls)
+            # A login refused around a password rotation (see ROTATION_SETTLE_S) is tried
+            # again while the rotation settles. Pools that all failed after the control
+            # connection logged in show only as a list of hosts: the same case.
+            refused = isinstance(explained, AuthenticationError) or (
+                explained is None and not isinstance(exc.errors, dict))
+            if (refused and sec.password is not None and time.monotonic() < give_up
+                    and sec.password.rotating(password_before)):
+                log.info("login refused while the password file is being rotated; trying again")
+                time.sleep(0.5)
+                continue
+            if explained is not None:
+                raise explained from None
+            raise StoreUnavailable(
+                f"cannot reach Cassandra at {where} ({first_cause(exc)}); "
+                "start it (ops/cassandra start) or fix --store / SCHEDULER_STORE"
+            ) from None

@@ -1,0 +1,104 @@
+"""The Cassandra store's poller-side writes: firings, retries, dead letters (a mixin of
+``CassandraStore``, which provides ``prepared``, ``_binder``, ``_batch``, ``_concurrent``,
+``run``, ``job_ttl`` and ``retention``). Every write carries the TTL of its row (see
+``cql/versions/v003_retention.cql``)."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from ...domain.keys import job_hash
+from ...domain.model import Job, Status
+from ...domain.retention import ttl_s
+from ..base import DEAD_LETTER_PARTS, DeadLetter
+from ..rows import bucket_key, bucket_params, job_params
+from .conf import dt_ms, translate
+from .run import CqlSteps, Many, Run, dual
+
+# Bucket-row batches stay under Cassandra's default 5 KiB batch warning threshold.
+BATCH_ROWS = 50
+
+
+def host_ms() -> int:
+    """This host's clock: Cassandra counts a TTL from its own clock, not a caller's."""
+    return int(time.time() * 1000)
+
+
+class CassandraFiring:
+    prepared: Any
+    _binder: Any
+    _batch: Any
+    _concurrent: Any
+    run: Any
+    session: Any
+    job_ttl: Any
+    retention: Any
+
+    def record_fired(self, jobs: Sequence[Job], fired_ms: int) -> None:
+        """One single-partition batch per (bucket, shard): one mutation for many jobs."""
+        binder = self._binder("mark_fired")
+        by_partition: dict[tuple[int, int], list[tuple[Any, ...]]] = defaultdict(list)
+        now, keep_ms = host_ms(), self.retention.jobs_s * 1000
+        for job in jobs:
+            by_partition[(job.bucket, job.shard)].append(
+                (ttl_s(job.fire_ms + keep_ms, now), fired_ms, job.bucket, job.shard, job.fire_ms, job.job_id))
+        writes: list[tuple[Any, Any]] = []
+        for group in by_partition.values():
+            for i in range(0, len(group), BATCH_ROWS):
+                part = group[i:i + BATCH_ROWS]
+                if len(part) == 1:
+                    writes.append((binder.stmt, part[0]))
+                else:
+                    writes.append((binder.batch(part), None))
+        self._concurrent(writes, f"recording {len(jobs)} fired jobs")
+
+    def record_retry(self, old: Job, new: Job, error: str, now_ms: int) -> None:
+        # The lookup row is rewritten whole: a cell left out would keep the old TTL.
+        ttl = self.job_ttl(new)
+        self._batch(f"scheduling a retry of {new.job_id!r}", [
+            ("mark_fired", (self.job_ttl(old), now_ms, *bucket_key(old))),
+            ("insert_bucket_row", (*bucket_params(new), ttl)),
+            ("insert_job", (*job_params(new.evolve(status=Status.PENDING, last_error=error,
+                                                   fired_ms=now_ms)), ttl)),
+        ])
+
+    def record_dead(self, job: Job, error: str, now_ms: int) -> None:
+        ret, host = self.retention, host_ms()
+        dead = job.evolve(status=Status.DEAD, attempts=job.attempts + 1, last_error=error, fired_ms=now_ms)
+        self._batch(f"dead-lettering {job.job_id!r}", [
+            ("mark_fired", (self.job_ttl(job), now_ms, *bucket_key(job))),
+            ("insert_job", (*job_params(dead), ttl_s(ret.dead_lookup_ms(host), host))),
+            ("insert_dead_letter", (job_hash(job.job_id) % DEAD_LETTER_PARTS, job.job_id, job.kind,
+                                    job.due_ms, job.attempts + 1, error, now_ms,
+                                    ttl_s(ret.dead_letter_ms(host), host))),
+        ])
+
+    def lookup_positions(self, first_bucket: int, last_bucket: int) -> Iterator[tuple[str, int, int, int]]:
+        try:
+            for job_id, bucket, shard, fire in self.session.execute(self.prepared("select_job_positions")):
+                if bucket is not None and first_bucket <= bucket <= last_bucket:
+                    yield job_id, int(bucket), int(shard or 0), int(fire or 0)
+        except Exception as exc:
+            raise translate(exc, "scanning the lookup table") from exc
+
+    @dual
+    def dead_letters_in(self, part: int, after: str, limit: int) -> CqlSteps[list[DeadLetter]]:
+        rows = yield Run("select_dead_letters_after", (part, after, limit), "reading dead letters")
+        return [DeadLetter(j, k, dt_ms(d), int(a), e, dt_ms(t)) for j, k, d, a, e, t in rows]
+
+    @dual
+    def dead_letters(self) -> CqlSteps[list[DeadLetter]]:
+        stmt = self.prepared("select_dead_letters")
+        out: list[DeadLetter] = []
+        parts = [(stmt, (p,)) for p in range(DEAD_LETTER_PARTS)]
+        for rows in (yield Many(parts, "reading dead letters")):
+            out.extend(DeadLetter(j, k, dt_ms(d), int(a), e, dt_ms(t)) for j, k, d, a, e, t in rows)
+        return out
+
+    @dual
+    def delete_dead_letter(self, job_id: str) -> CqlSteps[None]:
+        yield Run("delete_dead_letter", (job_hash(job_id) % DEAD_LETTER_PARTS, job_id),
+                 f"removing dead letter {job_id!r}")

@@ -1,0 +1,286 @@
+"""The Cassandra store: prepared statements from ``cql/queries.cql``, one ``Cluster``
+per store object (one per process; never share it across ``fork()``).
+
+Consistency: LOCAL_QUORUM for job writes and bucket reads by default (a LOCAL_ONE read
+that misses a job, followed by a checkpoint advance, would lose it); LOCAL_SERIAL for
+lightweight transactions."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from ...domain.model import Job, Status
+from ...domain.retention import ttl_s
+from ...errors import SchemaError
+from ...recurring.schedule import WRITE_TIME_SLACK_MS
+from ...security import CassandraSecurity
+from .. import queries
+from ..base import (
+    PartRange,
+    ProgressFn,
+    Store,
+    with_fired,
+)
+from ..rows import (
+    bucket_key,
+    bucket_params,
+    done_bucket_params,
+    job_from_row,
+    job_params,
+    jobs_from_bucket_rows,
+)
+from .bind import FastBinder, bucket_writes
+from .conf import READ_GROUP, CassandraUrl, dt_ms, prepare_failed, translate
+from .connect import connect
+from .fire import BATCH_ROWS, CassandraFiring, host_ms
+from .owner import CassandraOwnership
+from .replays import CassandraReplays
+from .run import Batch, CassandraAsync, CqlSteps, Many, dual
+from .schedules import CassandraSchedules
+from .schema import CassandraSchema
+
+NOT_IDEMPOTENT = frozenset({"add_skipped"})
+# Bucket-row batches stay under Cassandra's default 5 KiB batch warning threshold.
+BATCH_BYTES = 4096
+
+
+class CassandraStore(CassandraAsync, CassandraSchema, CassandraFiring, CassandraOwnership,
+                     CassandraReplays, CassandraSchedules, Store):
+    def __init__(self, url: str, *, concurrency: int = 128, request_timeout_s: float = 10.0,
+                 connect_timeout_s: float = 5.0, security: CassandraSecurity | None = None) -> None:
+        """Connect. ``security``: credentials and TLS, as the caller read them (default: none;
+        the store reads no environment). Raises
+        ``StoreUnavailable`` when no host answers, ``AuthenticationError`` or ``TlsError``
+        (one line naming the setting to fix) when the login or the handshake fails."""
+        self.cfg = CassandraUrl(url)
+        self.url = url
+        self.keyspace = self.cfg.keyspace
+        self.concurrency = concurrency
+        self._cluster, self.session = connect(
+            self.cfg, security if security is not None else CassandraSecurity(),
+            request_timeout_s=request_timeout_s, connect_timeout_s=connect_timeout_s)
+        self._prepared: dict[str, Any] = {}
+        self._binders: dict[str, FastBinder] = {}
+        self._lock = threading.Lock()
+
+    # --- plumbing --------------------------------------------------------------------
+
+    def prepared(self, name: str) -> Any:
+        stmt = self._prepared.get(name)
+        if stmt is None:
+            from cassandra import InvalidRequest
+
+            text = queries.named("queries.cql")[name].replace("{keyspace}", self.keyspace)
+            with self._lock:
+                try:
+                    stmt = self.session.prepare(text)
+                except InvalidRequest as exc:
+                    raise SchemaError(
+                        f"keyspace {self.keyspace!r} is missing or older than this scheduler "
+                        f"({exc.summary if hasattr(exc, 'summary') else exc}); "
+                        f"run `scheduler schema apply --store {self.url}`"
+                    ) from None
+                except Exception as exc:
+                    # Prepared on first use, which can be in an outage (or just after a
+                    # frozen process resumes): a typed error the caller retries.
+                    raise prepare_failed(exc, name) from exc
+                # Everything but a lightweight transaction or a counter is an upsert or
+                # a delete of fixed values: safe to send twice (see cpolicy).
+                stmt.is_idempotent = " IF " not in text.upper() and name not in NOT_IDEMPOTENT
+                self._prepared[name] = stmt
+        return stmt
+
+    def _binder(self, name: str) -> FastBinder:
+        binder = self._binders.get(name)
+        if binder is None:
+            binder = self._binders[name] = FastBinder(self.prepared(name))
+        return binder
+
+    def run(self, name: str, params: Sequence[Any] = (), what: str | None = None) -> list[Any]:
+        try:
+            return list(self.session.execute(self.prepared(name), params))
+        except Exception as exc:
+            raise translate(exc, what or name) from exc
+
+    # --- jobs ------------------------------------------------------------------------
+
+    @dual
+    def _fired_at(self, jobs: Sequence[Job]) -> CqlSteps[dict[str, int]]:
+        stmt = self.prepared("select_fired_at")
+        results = yield Many([(stmt, bucket_key(j)) for j in jobs], "reading job status")
+        return {job.job_id: dt_ms(rows[0][0]) for job, rows in zip(jobs, results, strict=True)
+                if rows and rows[0][0] is not None}
+
+    @dual
+    def _job_rows(self, job_ids: Sequence[str]) -> CqlSteps[dict[str, Job]]:
+        # Multi-partition IN reads in small groups: one request per READ_GROUP ids
+        # instead of one per id (the client's CPU, not the server, limits bulk loads).
+        stmt = self.prepared("select_jobs_in")
+        groups = [(list(job_ids[i:i + READ_GROUP]),) for i in range(0, len(job_ids), READ_GROUP)]
+        out = {}
+        for rows in (yield Many([(stmt, g) for g in groups], "reading jobs")):
+            for row in rows:
+                job = job_from_row(row, dt_ms)
+                out[job.job_id] = job
+        return out
+
+    @dual
+    def get_many(self, job_ids: Sequence[str]) -> CqlSteps[dict[str, Job]]:
+        rows = yield from self._job_rows.steps(self, job_ids)  # type: ignore[attr-defined]
+        pending = [j for j in rows.values() if j.status is Status.PENDING]
+        fired = (yield from self._fired_at.steps(self, pending)) if pending else {}  # type: ignore[attr-defined]
+        return with_fired(rows, fired)
+
+    @dual
+    def get(self, job_id: str) -> CqlSteps[Job | None]:
+        return (yield from self.get_many.steps(self, [job_id])).get(job_id)  # type: ignore[attr-defined,no-any-return]
+
+    def read_bucket(self, bucket: int, shard: int, after: tuple[int, str] | None,
+                    until_ms: int, limit: int) -> list[Job]:
+        fire_ms, job_id = after if after is not None else (bucket * 1000 - 1, "")
+        rows = self.run("select_bucket_rows", (bucket, shard, fire_ms, job_id, until_ms, limit),
+                        f"reading bucket {bucket} shard {shard}")
+        return jobs_from_bucket_rows(rows, dt_ms)
+
+    @dual
+    def read_buckets(self, parts: Sequence[PartRange], limit: int) -> CqlSteps[list[list[Job]]]:
+        stmt = self.prepared("select_bucket_rows")
+        items = []
+        for bucket, shard, after, until_ms in parts:
+            fire_ms, job_id = after if after is not None else (bucket * 1000 - 1, "")
+            items.append((stmt, (bucket, shard, fire_ms, job_id, until_ms, limit)))
+        found = yield Many(items, f"reading {len(items)} bucket ranges")
+        return [jobs_from_bucket_rows(rows, dt_ms) for rows in found]
+
+    def pending(self, parts: Sequence[PartRange]) -> list[tuple[int, int | None]]:
+        stmt = self.prepared("select_bucket_fired")
+        items = []
+        for bucket, shard, after, until_ms in parts:
+            fire_ms, job_id = after if after is not None else (bucket * 1000 - 1, "")
+            items.append((stmt, (bucket, shard, fire_ms, job_id, until_ms)))
+        out: list[tuple[int, int | None]] = []
+        for rows in self._concurrent(items, "counting due jobs"):
+            waiting = [fire_at for fired, fire_at in rows if fired is None]
+            out.append((len(waiting), dt_ms(waiting[0]) if waiting else None))
+        return out
+
+    @dual
+    def insert_many(self, jobs: Sequence[Job], progress: ProgressFn | None = None) -> CqlSteps[None]:
+        """See ``Store.insert_many``. Two phases: every bucket row (grouped into
+        single-partition unlogged batches, each one atomic mutation), then every lookup
+        row. A failure in phase one writes no lookup row."""
+        p_bucket, p_job = self.prepared("insert_bucket_row"), self.prepared("insert_job")
+        ttls = [self.job_ttl(j) for j in jobs]
+        rows = [(j, (*bucket_params(j), t)) for j, t in zip(jobs, ttls, strict=True)]
+        writes = bucket_writes(p_bucket, rows, BATCH_BYTES, BATCH_ROWS)
+        yield Many(writes, f"writing bucket rows of {len(jobs)} jobs")
+        step = 1000
+        for i in range(0, len(jobs), step):
+            part = zip(jobs[i:i + step], ttls[i:i + step], strict=True)
+            yield Many([(p_job, (*job_params(j), t)) for j, t in part], f"writing {len(jobs)} jobs")
+            if progress:
+                progress(len(jobs[i:i + step]))
+
+    def job_ttl(self, job: Job) -> int:
+        """The TTL of a job's rows written before it fires: they end a retention after
+        its fire time. Cassandra counts a TTL from its own clock, so this host's clock
+        (not a caller's, possibly fake, clock) is the reference."""
+        return ttl_s(self.retention.after_fire_ms(job.fire_ms), host_ms())
+
+    def _event_ttl(self) -> int:
+        """The TTL of rows retired now (cancel, reschedule): a retention from now."""
+        return int(self.retention.jobs_s)
+
+    @dual
+    def insert_once(self, jobs: Sequence[Job], written_ms: int) -> CqlSteps[None]:
+        """See ``Store.insert_once``: every row written with the fixed write time
+        ``written_ms``, so any later change (a firing, a retry, a cancel) wins
+        over a rewrite, and a rewrite of an untouched row writes the same values. Never
+        later than this host's clock, which the driver dates every other write by (a
+        test's fake clock may run ahead of it)."""
+        ts = min(written_ms, host_ms() - WRITE_TIME_SLACK_MS) * 1000
+        ttls = [self.job_ttl(j) for j in jobs]
+        writes = bucket_writes(self.prepared("insert_bucket_row_at"),
+                               [(j, (*bucket_params(j), ts, t)) for j, t in zip(jobs, ttls, strict=True)],
+                               BATCH_BYTES, BATCH_ROWS)
+        yield Many(writes, f"writing bucket rows of {len(jobs)} occurrences")
+        p_job = self.prepared("insert_job_at")
+        yield Many([(p_job, (*job_params(j), ts, t)) for j, t in zip(jobs, ttls, strict=True)],
+                   f"writing {len(jobs)} occurrences")
+
+    def _concurrent(self, items: list[tuple[Any, Any]], what: str) -> list[Any]:
+        """Run statements with up to ``concurrency`` in flight; the first error raises."""
+        from cassandra.concurrent import execute_concurrent
+
+        if not items:
+            return []
+        try:
+            results = execute_concurrent(self.session, items, concurrency=self.concurrency,
+                                         raise_on_first_error=True, results_generator=False)
+        except Exception as exc:
+            raise translate(exc, what) from exc
+        return [list(rows or ()) for _ok, rows in results]
+
+    def _batch_statement(self, items: list[tuple[str, tuple[Any, ...]]]) -> Any:
+        from cassandra.query import BatchStatement, BatchType
+
+        batch = BatchStatement(batch_type=BatchType.LOGGED)
+        batch.is_idempotent = True  # callers batch upserts and deletes, never an LWT
+        for name, params in items:
+            batch.add(self.prepared(name), params)
+        return batch
+
+    def _batch(self, what: str, items: list[tuple[str, tuple[Any, ...]]]) -> None:
+        batch = self._batch_statement(items)
+        try:
+            self.session.execute(batch)
+        except Exception as exc:
+            raise translate(exc, what) from exc
+
+    @dual
+    def move(self, old: Job, new: Job) -> CqlSteps[None]:
+        yield Batch(f"rescheduling job {new.job_id!r}", self._move_rows(old, new))
+
+    @dual
+    def move_many(self, pairs: Sequence[tuple[Job, Job]]) -> CqlSteps[None]:
+        yield Many([(self._batch_statement(self._move_rows(o, n)), None) for o, n in pairs],
+                   f"moving {len(pairs)} jobs")
+
+    def _move_rows(self, old: Job, new: Job) -> list[tuple[str, tuple[Any, ...]]]:
+        ttl = self.job_ttl(new)
+        if bucket_key(old) == bucket_key(new):
+            # Re-armed in place: fired_at goes back to null (one cell tombstone, rare).
+            rows = [("insert_bucket_row_full", (*done_bucket_params(new, None), ttl))]
+        else:
+            rows = [("insert_bucket_row_full", (*done_bucket_params(old, host_ms()), self._event_ttl())),
+                    ("insert_bucket_row", (*bucket_params(new), ttl))]
+        return [*rows, ("insert_job", (*job_params(new), ttl))]
+
+    @dual
+    def cancel(self, job: Job) -> CqlSteps[None]:
+        ttl = self._event_ttl()
+        yield Batch(f"cancelling job {job.job_id!r}", [
+            ("insert_bucket_row_full", (*done_bucket_params(job, host_ms()), ttl)),
+            ("insert_job", (*job_params(job.evolve(status=Status.CANCELLED)), ttl)),
+        ])
+
+    # --- pollers -----------------------------------------------------------------------
+
+    def _lwt(self, name: str, params: Sequence[Any], what: str) -> tuple[bool, dict[str, Any]]:
+        """Run a lightweight transaction; ``(applied, current values when not applied)``.
+
+        A timeout leaves the outcome unknown; callers re-read at SERIAL to learn it.
+        """
+        try:
+            rs = self.session.execute(self.prepared(name), params)
+        except Exception as exc:
+            raise translate(exc, what) from exc
+        row = rs.one()
+        values = dict(zip(rs.column_names, row, strict=False))
+        return bool(values.pop("[applied]")), values
+
+    def close(self) -> None:
+        self._cluster.shutdown()
+

@@ -1,0 +1,367 @@
+"""The embedded store: SQLite with the same tables, keys and semantics as Cassandra.
+
+For running the scheduler on one machine with no servers (``scheduler demo``) and for
+tests. One connection guarded by a lock; multi-statement operations run in one
+transaction, so a failure leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ...domain.keys import bucket_of_ms, job_hash
+from ...domain.layout import Layout
+from ...domain.model import Job, Status
+from ...domain.progress import Checkpoint
+from ...errors import ConfigError, OwnershipLost, SchemaError, StoreUnavailable
+from .. import queries
+from ..base import (
+    DEAD_LETTER_PARTS,
+    SCHEMA_VERSION,
+    DeadLetter,
+    PartRange,
+    ProgressFn,
+    SchemaOptions,
+    SchemaResult,
+    ShardCheckpoint,
+    Store,
+)
+from ..rows import (
+    bucket_key,
+    bucket_params,
+    done_bucket_params,
+    job_from_row,
+    job_params,
+    jobs_from_bucket_rows,
+    meta_items,
+    retention_changes,
+    retention_of,
+)
+from .replays import SqliteReplays
+from .schedules import SqliteSchedules
+
+# Expired rows are deleted at most this often, by whichever call comes first.
+SWEEP_EVERY_S = 1.0
+# How long a nudge address is kept unless written again (the Cassandra table's TTL).
+NOTIFY_TTL_MS = 120_000
+
+
+def _host_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _q(name: str) -> str:
+    return queries.named("sqlite/queries.sql")[name]
+
+
+class SqliteStore(SqliteReplays, SqliteSchedules, Store):
+    def __init__(self, path: str, url: str | None = None, *, create: bool = True) -> None:
+        """Open the database file at ``path``, creating it when ``create`` (``schema
+        apply``); without ``create`` a missing file is ``StoreUnavailable`` and no file
+        appears (the file is opened read-write, never created: a reader racing a delete
+        cannot create it either)."""
+        self.url = url or f"sqlite:///{path}"
+        self.path = path
+        target: str = path
+        if path != ":memory:":
+            file = Path(path).expanduser().resolve()
+            target = str(file)  # the same file with or without create (~ expanded)
+            if not file.parent.is_dir():
+                raise StoreUnavailable(
+                    f"cannot open {self.url}: folder {file.parent} does not exist; create it or fix --store"
+                )
+            if not create:
+                if not file.is_file():
+                    raise StoreUnavailable(
+                        f"no store at {self.url}: {file} does not exist (create it with "
+                        f"`scheduler schema apply --store {self.url}`, or fix --store)")
+                target = file.as_uri() + "?mode=rw"
+        try:
+            self._db = sqlite3.connect(target, check_same_thread=False, isolation_level=None,
+                                       timeout=30, uri=target.startswith("file:"))
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"cannot open {self.url}: {exc}") from None
+        self._lock = threading.RLock()
+        self._closed = False
+        self._next_sweep = 0.0
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            if self._closed:
+                raise StoreUnavailable(f"store {self.url} is closed")
+            self._sweep()
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except sqlite3.OperationalError as exc:
+                self._db.execute("ROLLBACK")
+                raise self._schema_error(exc) from None
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _schema_error(self, exc: sqlite3.OperationalError) -> Exception:
+        """A missing table as ``SchemaError`` (a schema older than this code); any other
+        error as it is."""
+        if "no such table" in str(exc):
+            return SchemaError(f"store {self.url} has no scheduler schema or an older one ({exc}); "
+                               "run `scheduler schema apply`")
+        return exc
+
+    def _all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        with self._lock:
+            if self._closed:
+                raise StoreUnavailable(f"store {self.url} is closed")
+            self._sweep()
+            try:
+                return self._db.execute(sql, params).fetchall()
+            except sqlite3.OperationalError as exc:
+                raise self._schema_error(exc) from None
+
+    def _sweep(self) -> None:
+        """Delete expired rows (the retention; Cassandra uses TTLs), at most once per
+        ``SWEEP_EVERY_S``: a row may outlive its expiry by that much. Caller holds the lock."""
+        now = time.monotonic()
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + SWEEP_EVERY_S
+        try:
+            for name in ("sweep_bucket_rows", "sweep_jobs", "sweep_dead_letters", "sweep_replays"):
+                self._db.execute(_q(name), (_host_ms(),))
+        except sqlite3.OperationalError:
+            pass  # no schema yet, or older than v003 (v005): nothing (no replay) expires
+
+    # --- schema ------------------------------------------------------------------------
+
+    def _schema_version(self) -> int:
+        try:
+            row = self._db.execute(_q("select_schema_version")).fetchone()
+        except sqlite3.OperationalError:
+            return 0
+        return int(row[0] or 0)
+
+    def apply_schema(self, options: SchemaOptions, now_ms: int) -> SchemaResult:
+        with self._tx() as db:
+            current = self._schema_version()
+            target = options.target_version
+            if current > SCHEMA_VERSION:
+                raise SchemaError(
+                    f"store {self.url} has schema v{current}, newer than this scheduler "
+                    f"(v{SCHEMA_VERSION}); upgrade the scheduler"
+                )
+            for version, desc, text in queries.versions("sqlite"):
+                if version <= current or version > target:
+                    continue
+                for stmt in queries.statements(text):
+                    db.execute(stmt)
+                db.execute(_q("insert_schema_version"), (version, desc, now_ms))
+            created = current == 0
+            origin = bucket_of_ms(now_ms, options.bucket_width_s)
+            existing = {k: v for k, v in db.execute(_q("select_meta")).fetchall()}
+            for key, value in meta_items(options, origin):
+                db.execute(_q("insert_meta"), (key, value))
+            changes = retention_changes(options, existing)
+            for key, value in changes:
+                db.execute(_q("update_meta"), (key, value))
+            if not db.execute(_q("select_layouts")).fetchall():
+                db.execute(_q("insert_layout"), (origin, options.shard_count, now_ms))
+        self.__dict__.pop("_retention", None)
+        meta = self.meta()
+        if meta.bucket_width_s != options.bucket_width_s:
+            raise ConfigError(
+                f"store {self.url} uses {meta.bucket_width_s}s buckets, fixed at creation; "
+                f"drop --bucket-width or pass {meta.bucket_width_s}"
+            )
+        return SchemaResult(current, max(current, target), created, meta,
+                            retention_of(existing) if changes else None)
+
+    def _read_meta(self) -> dict[str, str]:
+        raw = {k: v for k, v in self._all(_q("select_meta"))}
+        with self._lock:
+            raw["schema_version"] = str(self._schema_version())
+        return raw
+
+    def _read_layouts(self) -> list[Layout]:
+        marks = {int(f): int(m) for f, m in self._all(_q("select_marks"))}
+        return [Layout(int(f), int(n), int(c), marks.get(int(f), 0))
+                for f, n, c in self._all(_q("select_layouts"))]
+
+    def insert_layout(self, layout: Layout) -> bool:
+        with self._tx() as db:
+            cur = db.execute(_q("insert_layout"),
+                             (layout.from_bucket, layout.shard_count, layout.created_ms))
+            return cur.rowcount == 1
+
+    def insert_mark(self, from_bucket: int, mark_end: int) -> None:
+        with self._tx() as db:
+            db.execute(_q("insert_mark"), (from_bucket, mark_end))
+
+    def server_now_ms(self) -> int:
+        import time
+
+        return time.time_ns() // 1_000_000
+
+    # --- jobs --------------------------------------------------------------------------
+
+    def _job_rows(self, job_ids: Sequence[str]) -> dict[str, Job]:
+        out: dict[str, Job] = {}
+        for job_id in job_ids:
+            rows = self._all(_q("select_job"), (job_id,))
+            if rows:
+                out[job_id] = job_from_row(rows[0])
+        return out
+
+    def lookup_positions(self, first_bucket: int, last_bucket: int) -> Iterator[tuple[str, int, int, int]]:
+        for job_id, bucket, shard, fire in self._all(_q("select_job_positions"), (first_bucket, last_bucket)):
+            yield job_id, int(bucket), int(shard), int(fire)
+
+    def _fired_at(self, jobs: Sequence[Job]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for job in jobs:
+            rows = self._all(_q("select_fired_at"), bucket_key(job))
+            if rows and rows[0][0] is not None:
+                out[job.job_id] = int(rows[0][0])
+        return out
+
+    def read_bucket(self, bucket: int, shard: int, after: tuple[int, str] | None,
+                    until_ms: int, limit: int) -> list[Job]:
+        fire_ms, job_id = after if after is not None else (bucket * 1000 - 1, "")
+        rows = self._all(_q("select_bucket_rows"), (bucket, shard, fire_ms, job_id, until_ms, limit))
+        return jobs_from_bucket_rows(rows)
+
+    def pending(self, parts: Sequence[PartRange]) -> list[tuple[int, int | None]]:
+        out: list[tuple[int, int | None]] = []
+        for bucket, shard, after, until_ms in parts:
+            fire_ms, job_id = after if after is not None else (bucket * 1000 - 1, "")
+            rows = self._all(_q("count_bucket_pending"), (bucket, shard, fire_ms, job_id, until_ms))
+            out.append((int(rows[0][0]), None if rows[0][1] is None else int(rows[0][1])))
+        return out
+
+    def insert_many(self, jobs: Sequence[Job], progress: ProgressFn | None = None) -> None:
+        # One transaction per chunk: all-or-nothing per chunk, and fast.
+        chunk = 500
+        for i in range(0, len(jobs), chunk):
+            part = jobs[i:i + chunk]
+            expiry = [self.retention.after_fire_ms(j.fire_ms) for j in part]
+            with self._tx() as db:
+                db.executemany(_q("insert_bucket_row"),
+                               [(*bucket_params(j), e) for j, e in zip(part, expiry, strict=True)])
+                db.executemany(_q("insert_job"),
+                               [(*job_params(j), e) for j, e in zip(part, expiry, strict=True)])
+            if progress:
+                progress(len(part))
+
+    def insert_once(self, jobs: Sequence[Job], written_ms: int) -> None:
+        # The lookup row decides: a cancelled occurrence has no bucket row left, and
+        # must not get one back.
+        with self._tx() as db:
+            for job in jobs:
+                expiry = self.retention.after_fire_ms(job.fire_ms)
+                if db.execute(_q("insert_job_once"), (*job_params(job), expiry)).rowcount:
+                    db.execute(_q("insert_bucket_row"), (*bucket_params(job), expiry))
+
+    def move(self, old: Job, new: Job) -> None:
+        with self._tx() as db:
+            self._move_in(db, old, new)
+
+    def cancel(self, job: Job) -> None:
+        now = _host_ms()
+        expiry = self.retention.after_event_ms(now)
+        with self._tx() as db:
+            db.execute(_q("insert_bucket_row_full"), (*done_bucket_params(job, now), expiry))
+            db.execute(_q("insert_job"), (*job_params(job.evolve(status=Status.CANCELLED)), expiry))
+
+    # --- pollers -----------------------------------------------------------------------
+
+    def claim_shard(self, shard: int, owner: str, epoch: int, initial_drained: int,
+                    now_ms: int) -> Checkpoint:
+        with self._tx() as db:
+            db.execute(_q("create_checkpoint"), (shard, initial_drained, owner, epoch, now_ms))
+            db.execute(_q("claim_checkpoint"), (owner, epoch, now_ms, shard, epoch))
+            bucket, fire, job_id, holder, held_epoch = db.execute(_q("select_checkpoint"),
+                                                                  (shard,)).fetchone()
+        if held_epoch != epoch or holder != owner:
+            raise OwnershipLost(f"shard {shard} is held by {holder} with epoch {held_epoch}")
+        return Checkpoint(int(bucket), None if fire is None else (int(fire), job_id))
+
+    def save_checkpoint(self, shard: int, epoch: int, checkpoint: Checkpoint, now_ms: int) -> None:
+        fire, job_id = checkpoint.done_cursor or (None, None)
+        with self._tx() as db:
+            cur = db.execute(_q("save_checkpoint"), (checkpoint.drained, fire, job_id, now_ms, shard,
+                                                     epoch, checkpoint.drained))
+            if cur.rowcount == 1:
+                return
+            row = db.execute(_q("select_checkpoint"), (shard,)).fetchone()
+        if row is None or row[4] != epoch:
+            raise OwnershipLost(f"shard {shard}: checkpoint refused, epoch {epoch} no longer owns it")
+
+    def release_shard(self, shard: int, epoch: int, now_ms: int) -> bool:
+        with self._tx() as db:
+            return db.execute(_q("release_checkpoint"), (now_ms, shard, epoch)).rowcount > 0
+
+    def checkpoints(self) -> list[ShardCheckpoint]:
+        return [ShardCheckpoint(int(sh), int(b), None if f is None else (int(f), j), o, int(e), u)
+                for sh, b, f, j, o, e, u in self._all(_q("select_checkpoints"))]
+
+    def set_notify_endpoint(self, owner: str, address: str | None, now_ms: int) -> None:
+        with self._tx() as db:
+            if address is None:
+                db.execute(_q("delete_notify_endpoint"), (owner,))
+            else:
+                db.execute(_q("upsert_notify_endpoint"), (owner, address, now_ms + NOTIFY_TTL_MS))
+
+    def notify_endpoints(self, now_ms: int) -> dict[str, str]:
+        return {o: a for o, a in self._all(_q("select_notify_endpoints"), (now_ms,))}
+
+    def record_fired(self, jobs: Sequence[Job], fired_ms: int) -> None:
+        with self._tx() as db:
+            db.executemany(_q("mark_fired"), [(fired_ms, *bucket_key(j)) for j in jobs])
+
+    def record_retry(self, old: Job, new: Job, error: str, now_ms: int) -> None:
+        expiry = self.retention.after_fire_ms(new.fire_ms)
+        retry = new.evolve(status=Status.PENDING, last_error=error, fired_ms=now_ms)
+        with self._tx() as db:
+            db.execute(_q("mark_fired"), (now_ms, *bucket_key(old)))
+            db.execute(_q("insert_bucket_row"), (*bucket_params(new), expiry))
+            db.execute(_q("insert_job"), (*job_params(retry), expiry))
+
+    def record_dead(self, job: Job, error: str, now_ms: int) -> None:
+        ret, host = self.retention, _host_ms()
+        dead = job.evolve(status=Status.DEAD, attempts=job.attempts + 1, last_error=error, fired_ms=now_ms)
+        with self._tx() as db:
+            db.execute(_q("mark_fired"), (now_ms, *bucket_key(job)))
+            db.execute(_q("insert_job"), (*job_params(dead), ret.dead_lookup_ms(host)))
+            db.execute(_q("insert_dead_letter"), (job_hash(job.job_id) % DEAD_LETTER_PARTS, job.job_id,
+                                                  job.kind, job.due_ms, job.attempts + 1, error, now_ms,
+                                                  ret.dead_letter_ms(host)))
+
+    def dead_letters(self) -> list[DeadLetter]:
+        out: list[DeadLetter] = []
+        for part in range(DEAD_LETTER_PARTS):
+            out.extend(DeadLetter(j, k, int(d), int(a), e, int(t))
+                       for j, k, d, a, e, t in self._all(_q("select_dead_letters"), (part,)))
+        return out
+
+    def dead_letters_in(self, part: int, after: str, limit: int) -> list[DeadLetter]:
+        return [DeadLetter(j, k, int(d), int(a), e, int(t))
+                for j, k, d, a, e, t in self._all(_q("select_dead_letters_after"), (part, after, limit))]
+
+    def delete_dead_letter(self, job_id: str) -> None:
+        with self._tx() as db:
+            db.execute(_q("delete_dead_letter"), (job_hash(job_id) % DEAD_LETTER_PARTS, job_id))
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._db.close()
