@@ -150,7 +150,7 @@ def test_killed_pollers_shards_lag_grows_and_the_alert_fires(cassandra_keyspace,
             lines += [f"          - exp_labels: {{severity: page, shard: '{s}'}}",
                       "            exp_annotations:",
                       f"              summary: 'shard {s} is {humanize_duration(final[s])} behind'",
-                      "              runbook_url: 'ops/RUNBOOK.md#schedulershardlaghigh'"]
+                      "              runbook_url: 'docs/runbook.md#schedulershardlaghigh'"]
         test_file.write_text("\n".join(lines) + "\n")
         res = subprocess.run([promtool, "test", "rules", str(test_file)], capture_output=True, text=True,
                              timeout=120)

@@ -60,12 +60,12 @@ def test_promtool_checks_rules_config_and_rule_unit_tests(promtool: str):
 def test_required_alerts_exist_and_have_runbook_sections():
     by_name = {r["alert"]: r for r in rules()}
     assert set(by_name) >= REQUIRED_ALERTS
-    runbook = (ROOT / "ops" / "RUNBOOK.md").read_text()
+    runbook = (ROOT / "docs" / "runbook.md").read_text()
     headings = {re.sub(r"[^a-z0-9-]", "", h.strip().lower().replace(" ", "-"))
                 for h in re.findall(r"^## (.+)$", runbook, flags=re.M)}
     for name, rule in by_name.items():
         anchor = rule["annotations"]["runbook_url"].split("#")[1]
-        assert anchor in headings, f"{name}: RUNBOOK.md has no section #{anchor}"
+        assert anchor in headings, f"{name}: docs/runbook.md has no section #{anchor}"
 
 
 def test_rules_and_dashboard_only_use_metrics_that_exist():
@@ -191,7 +191,7 @@ def _promtool_version_or(default: str) -> str:
     return m.group(1) if m else default
 
 
-@pytest.mark.parametrize("path", ["Dockerfile", "ops/RUNBOOK.md"])
+@pytest.mark.parametrize("path", ["Dockerfile", "docs/runbook.md"])
 def test_files_compose_needs_exist(path: str):
     assert (ROOT / path).exists()
 
