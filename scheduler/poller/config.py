@@ -31,6 +31,14 @@ class PollerConfig:
     clock_check_interval_s: float = 30.0
     check_clock: bool = True
     layout_refresh_s: float = 5.0
+    # The occurrence writer (occurrences.py) places and writes as a producer does, with
+    # these producer settings. None: ``run_poller`` fills them from its ``Settings``
+    # (SCHEDULER_LAYOUT_CACHE_TTL_S, SCHEDULER_NUDGE); a poller built without one uses
+    # ``layout_refresh_s`` as its layout cache's age and sends nudges. The writer's
+    # layouts are never older than the shorter of the two ages: a resize is checked
+    # against the producers' TTL, and the writer is a producer.
+    layout_cache_ttl_s: float | None = None
+    nudge: bool | None = None
     # A handler call running longer counts as a failed attempt ("timed out after N s");
     # a kind's own ``timeout_s`` overrides it. None: no limit. (dramatiq's default.)
     handler_timeout_s: float | None = 600.0

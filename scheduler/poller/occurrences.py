@@ -72,13 +72,21 @@ class Occurrences:
     def producer(self) -> Producer:
         """Placement and writes as a producer does them (layout marks, late writes,
         slow-write repair), from what the poller holds: the keyspace's settings it read
-        at its start, its clock, and its layout refresh period as the layout cache's age
-        (no environment read, no store read). No retries (``retry_s=0``): a store error
-        fails the read, which is done again."""
+        at its start, its clock, and its config: the layout cache's age is the shorter of
+        its layout refresh period and ``layout_cache_ttl_s``, and it nudges unless
+        ``nudge`` is False (no environment read, no store read). No retries
+        (``retry_s=0``): a store error fails the read, which is done again."""
         if self._producer is None:
+            config = self.core.config
+            ttl = config.layout_refresh_s
+            if config.layout_cache_ttl_s is not None:
+                ttl = min(ttl, config.layout_cache_ttl_s)
+            # The payload bound is never checked here: an occurrence's payload is the
+            # schedule's, checked when the schedule was written.
             self._producer = Producer(self.core.meta, self.core.clock,
                                       max_payload_bytes=DEFAULT_MAX_PAYLOAD_BYTES,
-                                      layout_cache_ttl_s=self.core.config.layout_refresh_s, retry_s=0)
+                                      layout_cache_ttl_s=ttl, retry_s=0,
+                                      nudge=config.nudge is not False)
         return self._producer
 
     def _run(self, steps: Steps[T]) -> T:

@@ -18,6 +18,7 @@ is closed on every way out, a start-up that fails half-way included.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import signal
 import threading
@@ -116,8 +117,7 @@ def _start(app: App, settings: Settings, store: Store | str | None, shards: Iter
     server = serve(metrics, metrics_address or settings.metrics_address)
     if server is not None:
         opened.callback(server.close)
-    if config is None:
-        config = PollerConfig(notify_address=settings.notify_address)
+    config = with_settings(config or PollerConfig(notify_address=settings.notify_address), settings)
     if install_signals and threading.current_thread() is threading.main_thread():
         # Restored after the poller's stop (pushed later, so run earlier): a second
         # SIGTERM while it stops gracefully must not end the process.
@@ -137,6 +137,17 @@ def _start(app: App, settings: Settings, store: Store | str | None, shards: Iter
     if server is not None:
         say(f"{poller.name}: metrics on http://{server.address}/metrics")
     return poller, fleet
+
+
+def with_settings(config: PollerConfig, settings: Settings) -> PollerConfig:
+    """``config`` with the producer settings it leaves unset (None) taken from
+    ``settings``: the poller writes occurrences as the process's producers write jobs
+    (the same layout cache age and nudges). Those it sets are kept."""
+    return dataclasses.replace(
+        config,
+        layout_cache_ttl_s=(settings.layout_cache_ttl_s if config.layout_cache_ttl_s is None
+                            else config.layout_cache_ttl_s),
+        nudge=settings.nudge if config.nudge is None else config.nudge)
 
 
 def _stop_unless_fleet(coord: Coordinator, fleet: Callable[[], Fleet | None]) -> None:
