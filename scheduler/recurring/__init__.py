@@ -1,7 +1,8 @@
-"""Recurring schedules: a rule (cron or interval) in a time zone, each occurrence an
-ordinary one-shot job. The pure parts are below this package, where the store can read
-them: ``scheduler.recurring.rule`` (parsing and nominal times) and ``scheduler.recurring.schedule`` (a
-schedule's row, the ids of its occurrences)."""
+"""Recurring schedules, the pure part: a rule (cron or interval) in a time zone
+(``rule``), a schedule's row and the ids of its occurrences (``schedule``), and the chain
+that keeps one occurrence written ahead (``chain``). No I/O: the store stores these
+types, so they sit below it. Writing occurrences and the ``Client.recurring`` API are in
+``scheduler.producer``."""
 
 from .rule import Rule, parse_duration
 
