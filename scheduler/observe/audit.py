@@ -37,7 +37,8 @@ from typing import Any
 
 from ..domain.keys import bucket_of_ms, from_ms
 from ..domain.model import Job, Status
-from ..store.base import ShardCheckpoint, Store
+from ..store.base import ShardCheckpoint
+from ..store.roles import AuditReads, BucketReads
 
 HOUR_MS = 3_600_000
 DANGLING = "its lookup row points at no bucket row"
@@ -115,7 +116,7 @@ def classify(row: Job, lookup: Job | None) -> str:
     return "pending" if row.fired_ms is None else "fired"
 
 
-def audit(store: Store, from_ms: int, to_ms: int,
+def audit(store: AuditReads, from_ms: int, to_ms: int,
           progress: Callable[[int, int], None] | None = None, lookups: bool = False) -> AuditReport:
     """Audit every bucket from ``from_ms`` to ``to_ms`` (inclusive); with ``lookups``,
     scan the lookup table too (see above). ``progress`` gets (partitions done, partitions
@@ -156,7 +157,7 @@ def audit(store: Store, from_ms: int, to_ms: int,
     return report
 
 
-def dangling(store: Store, lookups: Sequence[Job]) -> list[Violation]:
+def dangling(store: BucketReads, lookups: Sequence[Job]) -> list[Violation]:
     """The lookup rows among ``lookups`` whose position holds no bucket row (read at
     once, PARTS_AT_ONCE at a time). Read-only; raises the store's errors."""
     out = []
@@ -171,7 +172,7 @@ def dangling(store: Store, lookups: Sequence[Job]) -> list[Violation]:
     return out
 
 
-def read_partitions(store: Store, parts: Sequence[tuple[int, int]]) -> list[list[Job]]:
+def read_partitions(store: BucketReads, parts: Sequence[tuple[int, int]]) -> list[list[Job]]:
     """Every row of each partition: all at once, then page by page the full ones."""
     found = store.read_buckets([(b, s, None, 2**62) for b, s in parts], PAGE_ROWS)
     out = []

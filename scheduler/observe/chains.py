@@ -11,13 +11,14 @@ from __future__ import annotations
 from ..domain.effects import Steps, call, run_sync
 from ..recurring.chain import GRACE_MS
 from ..recurring.schedule import Schedule, State, occurrence_id
-from ..store import Store
+from ..store.roles import ScheduleReads
 
 # Read this many schedules' occurrences in one request.
 GROUP = 200
 
 
-def broken_chains(store: Store, now_ms: int, schedules: list[Schedule] | None = None) -> list[Schedule]:
+def broken_chains(store: ScheduleReads, now_ms: int,
+                  schedules: list[Schedule] | None = None) -> list[Schedule]:
     """The active schedules whose chain is broken. A schedule changed within the last
     minute is not judged yet (its first occurrence may still be on its way)."""
     return run_sync(store, find_broken(now_ms, schedules))

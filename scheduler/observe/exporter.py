@@ -24,7 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from ..domain.clock import Clock
 from ..errors import SchedulerError
 from ..fleet.view import FleetSnapshot
-from ..store.base import Store
+from ..store.roles import ExporterReads
 from .audit import AuditReport, audit, last_closed_hour
 from .lag import ShardLag, lag_report
 from .metrics import add_process_metrics
@@ -33,7 +33,7 @@ log = logging.getLogger("scheduler.observe.lag.exporter")
 
 
 class LagExporter:
-    def __init__(self, store: Store, clock: Clock,
+    def __init__(self, store: ExporterReads, clock: Clock,
                  fleet: Callable[[], FleetSnapshot | None] = lambda: None,
                  interval_s: float = 15.0, audit_interval_s: float | None = None) -> None:
         self.store, self.clock, self.read_fleet, self.interval_s = store, clock, fleet, interval_s

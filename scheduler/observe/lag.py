@@ -23,7 +23,8 @@ from ..domain.keys import bucket_of, bucket_of_ms, from_ms
 from ..domain.model import Job, Status, parse_time
 from ..errors import InvalidInput
 from ..fleet.view import FleetSnapshot
-from ..store.base import PartRange, ShardCheckpoint, Store
+from ..store.base import PartRange, ShardCheckpoint
+from ..store.roles import Meta, RowReads, ShardReads, TimedReads
 
 # How many buckets past a checkpoint the backlog count reads per shard: a day of
 # minute buckets. Beyond that the figure is a lower bound (``backlog_capped``).
@@ -51,13 +52,13 @@ class ShardLag:
         return out
 
 
-def _width_and_initial(store: Store) -> tuple[int, int]:
+def _width_and_initial(store: Meta) -> tuple[int, int]:
     """Bucket width, and the checkpoint a shard without one starts from."""
     meta = store.meta()
     return meta.bucket_width_s, meta.origin_bucket - meta.bucket_width_s
 
 
-def lag_report(store: Store, now_ms: int, fleet: FleetSnapshot | None = None,
+def lag_report(store: ShardReads, now_ms: int, fleet: FleetSnapshot | None = None,
                max_scan_buckets: int = MAX_SCAN_BUCKETS) -> list[ShardLag]:
     """One row per live shard, worst first (largest lag, then largest backlog).
 
@@ -104,7 +105,7 @@ def lag_report(store: Store, now_ms: int, fleet: FleetSnapshot | None = None,
     return rows
 
 
-def bucket_rows(store: Store, bucket: int, shard: int | None, limit: int = 100_000,
+def bucket_rows(store: RowReads, bucket: int, shard: int | None, limit: int = 100_000,
                 after: tuple[int, str] | None = None) -> list[Job]:
     """Every row of a bucket (fired ones included), of one shard or of all its shards:
     at most ``limit`` per shard, after the key ``(fire_ms, job_id)`` when given."""
@@ -138,7 +139,7 @@ class Forecast:
         return sum(self.per_bucket.values())
 
 
-def forecast(store: Store, now_ms: int, hours: float,
+def forecast(store: TimedReads, now_ms: int, hours: float,
              progress: Callable[[int, int], None] | None = None) -> Forecast:
     """Pending jobs per bucket and per shard from the current bucket to ``hours`` ahead.
 
@@ -175,7 +176,7 @@ class FleetStatus:
     worst: ShardLag | None
 
 
-def fleet_status(store: Store, now_ms: int, fleet: FleetSnapshot | None,
+def fleet_status(store: ShardReads, now_ms: int, fleet: FleetSnapshot | None,
                  lags: list[ShardLag] | None = None) -> FleetStatus:
     """Pollers, the shards each owns, shards nobody owns, the layouts and the worst lag."""
     lags = lag_report(store, now_ms, fleet) if lags is None else lags

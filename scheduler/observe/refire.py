@@ -27,7 +27,7 @@ from ..domain.jobspec import JobSpec
 from ..domain.keys import bucket_of_ms, from_ms
 from ..domain.model import MAX_JOB_ID_BYTES, Job, refired_from
 from ..errors import InvalidInput
-from ..store.base import Store
+from ..store.roles import RowReads
 from .audit import LOOKUP_IDS, PARTS_AT_ONCE, classify, read_partitions
 
 PREFIX = "refire:"
@@ -62,7 +62,7 @@ def check_window(start_ms: int, end_ms: int, now_ms: int) -> None:
                            f"now is {from_ms(now_ms).isoformat()})")
 
 
-def fired_in_window(store: Store, start_ms: int, end_ms: int, kind: str | None = None,
+def fired_in_window(store: RowReads, start_ms: int, end_ms: int, kind: str | None = None,
                     lookback_s: int = DEFAULT_LOOKBACK_S,
                     progress: Callable[[int, int], None] | None = None) -> list[Found]:
     """Jobs whose firing was recorded in ``[start_ms, end_ms]``, oldest firing first.

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..domain.clock import Clock
-from ..store import Store
+from ..store.roles import Meta
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class SkewReading:
         return self.certain_ms > max_skew_ms
 
 
-def measure(clock: Clock, store: Store) -> SkewReading:
+def measure(clock: Clock, store: Meta) -> SkewReading:
     """One reading: ``store.server_now_ms()`` against our clock around it."""
     t0 = clock.now_ms()
     server = store.server_now_ms()
