@@ -28,33 +28,39 @@ class Runner(Protocol):
     def submit(self, jobs: list[Job]) -> None: ...
 
 
+def due_jobs(core: Core) -> list[Job]:
+    """Take the jobs that may fire now (due, within rate and in-flight bounds) and count
+    them as dispatched; the caller must run or requeue every one. A function of the core
+    alone, so that an async app's loop can take jobs itself (``AsyncWorkers.take``)
+    without a dispatcher to exist first."""
+    if not core.lease():
+        return []
+    flight = core.flight
+    with core.cond:
+        free = flight.cap - flight.in_flight()
+        if core.paused_reason is not None or core.stopping.is_set() or free <= 0:
+            return []
+        jobs = core.due.pop_ready(core.clock.now_ms(), free)
+        flight.dispatched += len(jobs)
+        shards = core.shards
+        for job in jobs:
+            st = shards.get(job.shard)
+            if st is not None:
+                st.running += 1
+        if core.due.throttled:
+            core.metrics.throttled.inc(core.due.throttled)
+            core.due.throttled = 0
+        return jobs
+
+
 class Dispatcher:
     def __init__(self, core: Core, runner: Runner) -> None:
         self.core = core
         self.runner = runner
 
     def due_jobs(self) -> list[Job]:
-        """Take the jobs that may fire now (due, within rate and in-flight bounds) and
-        count them as dispatched; the caller must run or requeue every one."""
-        core = self.core
-        if not core.lease():
-            return []
-        flight = core.flight
-        with core.cond:
-            free = flight.cap - flight.in_flight()
-            if core.paused_reason is not None or core.stopping.is_set() or free <= 0:
-                return []
-            jobs = core.due.pop_ready(core.clock.now_ms(), free)
-            flight.dispatched += len(jobs)
-            shards = core.shards
-            for job in jobs:
-                st = shards.get(job.shard)
-                if st is not None:
-                    st.running += 1
-            if core.due.throttled:
-                core.metrics.throttled.inc(core.due.throttled)
-                core.due.throttled = 0
-            return jobs
+        """See ``due_jobs``."""
+        return due_jobs(self.core)
 
     def run(self) -> None:
         """The dispatch thread's body, until the poller stops."""

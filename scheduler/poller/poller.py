@@ -32,6 +32,8 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from functools import partial
+from typing import Protocol
 
 from ..domain.clock import Clock, SystemClock
 from ..domain.dispatch import App, Outcome
@@ -41,47 +43,52 @@ from ..errors import SchedulerError
 from ..observe.faults import FaultLog
 from ..observe.metrics import PollerMetrics
 from ..producer.wire import Entry
-from ..store import Store
+from ..store.roles import Checkpoints, Meta, Ownership
 from .aio import AsyncWorkers
 from .config import PollerConfig, PollerStats
-from .dispatcher import Dispatcher
+from .dispatcher import Dispatcher, due_jobs
 from .nudge import Nudges
 from .occurrences import Occurrences
 from .reader import Reader
 from .recorder import Recorder
-from .shared import Core, OwnedShard, ShardState
+from .shared import Core, OwnedShard, PollerStore, ShardState
 from .workers import ThreadWorkers
 
 log = logging.getLogger("scheduler.poller")
 
 
+class _Owner(Meta, Checkpoints, Ownership, Protocol):
+    """What this class calls itself: settings, checkpoints, claims and releases."""
+
+
 class Poller:
-    def __init__(self, store: Store, app: App, *, clock: Clock | None = None,
+    def __init__(self, store: PollerStore, app: App, *, clock: Clock | None = None,
                  config: PollerConfig | None = None, name: str | None = None,
                  metrics: PollerMetrics | None = None) -> None:
         """Raises ``ConfigError`` for an app that mixes coroutine and plain handlers."""
-        self.store, self.app = store, app
+        self.store: PollerStore = store
+        self.app = app
+        # Its own calls go through the narrower view (mypy holds it to that).
+        self._store: _Owner = store
         self.clock: Clock = clock or SystemClock()
         self.config = config or PollerConfig()
         self.name = name or f"poller-{uuid.uuid4().hex[:8]}"
         self.metrics = metrics or PollerMetrics()
-        self.meta = store.meta()
+        self.meta = self._store.meta()
         is_async = app.is_async()
-        core = self.core = Core(store, self.clock, self.config, self.name, self.metrics, self.meta)
-        core.on_failure = self._on_failure
+        self.failed = threading.Event()
+        core = self.core = Core(store, self.clock, self.config, self.name, self.metrics, self.meta,
+                                gates=Occurrences, on_failure=self._on_failure)
         self.metrics.store_failing.set_function(core.store_fault.failing_for)
-        self.occurrences = Occurrences(core)
-        core.gate = self.occurrences.gate
-        core.pregate = self.occurrences.pregate
+        assert isinstance(core.gates, Occurrences)
+        self.occurrences = core.gates
         self.reader = Reader(core, on_lost=self.lose, on_rows=self.occurrences.write_successors)
-        self.workers: ThreadWorkers | AsyncWorkers = (AsyncWorkers(core, app) if is_async
-                                                      else ThreadWorkers(core, app))
+        # An async app's loop takes the next due jobs itself (see aio.py).
+        self.workers: ThreadWorkers | AsyncWorkers = (AsyncWorkers(core, app, take=partial(due_jobs, core))
+                                                      if is_async else ThreadWorkers(core, app))
         self.dispatcher = Dispatcher(core, self.workers)
-        if isinstance(self.workers, AsyncWorkers):
-            self.workers.take = self.dispatcher.due_jobs
         self.recorder = Recorder(core)
         self.nudges = Nudges(core, self.reader.prefetch_ms)
-        self.failed = threading.Event()
         self._wake = threading.Event()  # set to poll before the interval is up
         self._threads: list[threading.Thread] = []
         self._stop_lock = threading.Lock()
@@ -104,7 +111,7 @@ class Poller:
 
     @lease.setter
     def lease(self, fn: Callable[[], bool]) -> None:
-        self.core.lease = fn
+        self.core.set_lease(fn)
 
     @property
     def behind(self) -> bool:
@@ -148,10 +155,10 @@ class Poller:
         owner holds it with a newer epoch."""
         core = self.core
         if epoch is None:
-            current = {c.shard: c.owner_epoch for c in self.store.checkpoints()}
+            current = {c.shard: c.owner_epoch for c in self._store.checkpoints()}
             epoch = current.get(shard, 0) + 1
         initial = self.meta.origin_bucket - self.meta.bucket_width_s
-        cp = self.store.claim_shard(shard, self.name, epoch, initial, self.clock.now_ms())
+        cp = self._store.claim_shard(shard, self.name, epoch, initial, self.clock.now_ms())
         with core.cond:
             core.shards[shard] = OwnedShard(ShardProgress(shard, self.meta.bucket_width_s, cp), epoch, cp)
             core.ended.pop(shard, None)
@@ -203,7 +210,7 @@ class Poller:
     def _clear_owner(self, shard: int, epoch: int) -> None:
         """Clear the shard's owner in the store; best effort (the next claim fences anyway)."""
         try:
-            if not self.store.release_shard(shard, epoch, self.clock.now_ms()):
+            if not self._store.release_shard(shard, epoch, self.clock.now_ms()):
                 self.metrics.fencing_refusals.inc()
                 log.warning("release of shard %d refused: epoch %d no longer owns it", shard, epoch,
                             extra={"action": "fencing_refused", "shard": shard, "epoch": epoch})

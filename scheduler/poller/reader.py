@@ -11,22 +11,29 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Protocol
 
 from ..domain.layout import Layouts
 from ..domain.model import Job
 from ..errors import OwnershipLost, SchedulerError
 from ..observe import skew
 from ..observe.faults import Backoff
+from ..store.roles import BucketReads, Meta, Ownership
 from .config import max_prefetch_ms
 from .shared import Core, OwnedShard, ShardState
 
 log = logging.getLogger("scheduler.poller")
 
 
+class ReaderStore(Meta, BucketReads, Ownership, Protocol):
+    """What the reader calls: bucket reads, fenced checkpoint writes, the store's clock."""
+
+
 class Reader:
     def __init__(self, core: Core, on_lost: Callable[[int, str], None],
                  on_rows: Callable[[list[Job]], None] | None = None) -> None:
         self.core = core
+        self.store: ReaderStore = core.store
         self.on_lost = on_lost
         # Called with the due rows of each read before it is applied (recurring
         # occurrences write their successors); an error fails the poll.
@@ -90,7 +97,7 @@ class Reader:
                 if not st.progress.on_read(bucket, [], full=False, issued_at_ms=now):
                     return queued
                 continue
-            rows = core.store.read_bucket(bucket, shard, after, until, config.read_limit)
+            rows = self.store.read_bucket(bucket, shard, after, until, config.read_limit)
             stats.reads += 1
             stats.rows_read += len(rows)
             metrics.rows_read.inc(len(rows))
@@ -152,7 +159,7 @@ class Reader:
         if cp == st.saved:
             return
         try:
-            core.store.save_checkpoint(shard, st.epoch, cp, core.clock.now_ms())
+            self.store.save_checkpoint(shard, st.epoch, cp, core.clock.now_ms())
             st.saved = cp
         except OwnershipLost as exc:
             self.on_lost(shard, str(exc))
@@ -169,7 +176,7 @@ class Reader:
         if mono - self._last_clock_check < core.config.clock_check_interval_s:
             return
         self._last_clock_check = mono
-        reading = skew.measure(core.clock, core.store)
+        reading = skew.measure(core.clock, self.store)
         skew_ms = reading.skew_ms
         core.metrics.clock_skew.set(skew_ms / 1000)
         with core.cond:

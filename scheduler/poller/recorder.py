@@ -21,6 +21,7 @@ from ..domain.model import OCCURRENCE_PREFIX, Job
 from ..errors import SchedulerError
 from ..observe.faults import Backoff
 from ..observe.logdigest import LogDigest, summary_text
+from ..store.roles import Firing
 from .occurrences import WAIT
 from .shared import Core
 
@@ -73,7 +74,7 @@ class Recorder:
             else:
                 failed.append(o)
             lateness.append(max(0, o.started_ms - o.job.due_ms) / 1000)
-        store = core.store
+        store: Firing = core.store
         try:
             if fired:
                 store.record_fired(fired, now)

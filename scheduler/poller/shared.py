@@ -28,6 +28,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
+from typing import Protocol
 
 from ..domain.clock import Clock
 from ..domain.dispatch import Outcome
@@ -36,7 +37,17 @@ from ..domain.model import Job
 from ..domain.progress import Checkpoint, ShardProgress
 from ..observe.faults import FaultLog
 from ..observe.metrics import PollerMetrics
-from ..store import Store, StoreMeta
+from ..store import StoreMeta
+from ..store.roles import (
+    BucketReads,
+    Checkpoints,
+    Firing,
+    JobReads,
+    JobWrites,
+    Meta,
+    Ownership,
+    Schedules,
+)
 from .config import PollerConfig, PollerStats
 from .duequeue import DueQueue
 
@@ -106,12 +117,36 @@ class Flight:
             self.free.set()
 
 
+class PollerStore(Meta, Checkpoints, Ownership, BucketReads, Firing, JobReads, JobWrites, Schedules,
+                  Protocol):
+    """What a poller's threads call, together: every role of the store but the dead
+    letters, the schema and the connection (its owner closes it). Each role narrows it
+    to its own part (``Reader``, ``Recorder``, ``Poller``); ``JobWrites`` and ``JobReads``
+    are for recurring occurrences, which write their successors as a producer does."""
+
+
+class Gates(Protocol):
+    """Recurring occurrences' decisions (``occurrences.Occurrences``): ``gate`` in a
+    worker returns the outcome of each occurrence to skip or to let wait (absent: fire);
+    ``pregate`` in the dispatcher makes those decisions for a whole dispatch at once."""
+
+    def gate(self, jobs: list[Job]) -> dict[str, Outcome]: ...
+    def pregate(self, jobs: list[Job]) -> None: ...
+
+
 class Core:
     """State shared by the reader, the dispatcher, the workers and the recorder. The
-    condition ``cond`` guards ``shards``, ``due`` and each shard's progress."""
+    condition ``cond`` guards ``shards``, ``due`` and each shard's progress.
 
-    def __init__(self, store: Store, clock: Clock, config: PollerConfig, name: str,
-                 metrics: PollerMetrics, meta: StoreMeta) -> None:
+    Its collaborators come in through the constructor: ``gates`` builds the recurring
+    occurrences' gates from this core (they read its store, clock and settings; None:
+    every job fires), ``on_failure`` starts the poller's shutdown once ``fail`` recorded
+    a failure. Only ``set_lease`` changes one afterwards (a fleet joins after start)."""
+
+    def __init__(self, store: PollerStore, clock: Clock, config: PollerConfig, name: str,
+                 metrics: PollerMetrics, meta: StoreMeta, *,
+                 gates: Callable[[Core], Gates] | None = None,
+                 on_failure: Callable[[str], None] = lambda role: None) -> None:
         self.store, self.clock, self.config, self.name = store, clock, config, name
         self.metrics, self.meta = metrics, meta
         self.stats = PollerStats()
@@ -127,17 +162,27 @@ class Core:
         self.stopping = threading.Event()  # no more reading or dispatching
         self.stopped = threading.Event()  # the recorder and the watchdog end too
         self.paused_reason: str | None = None  # why firing is refused (clock skew)
-        # Set by a fleet: False while the coordinator cannot vouch for our ownership.
+        # Set by a fleet (``set_lease``): False while the coordinator cannot vouch for
+        # our ownership.
         self.lease: Callable[[], bool] = lambda: True
-        # Recurring occurrences: None to fire, or the outcome of a skip or a wait (see
-        # occurrences.py). Set by the poller.
-        self.gate: Callable[[list[Job]], dict[str, Outcome]] | None = None
-        self.pregate: Callable[[list[Job]], None] | None = None
         self.failure: str | None = None
-        self.on_failure: Callable[[str], None] = lambda role: None
+        self.on_failure = on_failure
         self._failure_lock = threading.Lock()
         self._layouts: Layouts | None = None
         self._layouts_at = -1e9
+        # Last: the gates read this core's other fields when they run, never while built.
+        self.gates = gates(self) if gates is not None else None
+        # Recurring occurrences: None to fire, or the outcome of a skip or a wait (see
+        # occurrences.py).
+        self.gate: Callable[[list[Job]], dict[str, Outcome]] | None = (
+            self.gates.gate if self.gates is not None else None)
+        self.pregate: Callable[[list[Job]], None] | None = (
+            self.gates.pregate if self.gates is not None else None)
+
+    def set_lease(self, lease: Callable[[], bool]) -> None:
+        """Fire only while ``lease()`` holds (a fleet's coordinator vouches for our
+        ownership); until called, it always holds."""
+        self.lease = lease
 
     def layouts(self) -> Layouts:
         """The shard layouts, re-read every ``layout_refresh_s``."""

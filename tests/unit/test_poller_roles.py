@@ -21,7 +21,7 @@ from scheduler.errors import StoreUnavailable
 from scheduler.observe.metrics import PollerMetrics
 from scheduler.poller import Poller, PollerConfig, ShardState
 from scheduler.poller.recorder import LINGER_BELOW, Recorder
-from scheduler.poller.shared import Core
+from scheduler.poller.shared import Core, Gates
 from scheduler.poller.workers import ThreadWorkers, _Worker
 from scheduler.store.base import ShardCheckpoint, StoreMeta
 
@@ -94,9 +94,11 @@ def job(i: int, kind: str = "k", fire_ms: int | None = None) -> Job:
     return Job(f"j{i:04d}", kind, b"{}", True, fire, fire, fire // 1000 // 60 * 60, 0)
 
 
-def core(config: PollerConfig | None = None, store: FakeStore | None = None) -> Core:
+def core(config: PollerConfig | None = None, store: FakeStore | None = None, *,
+         on_failure: Callable[[str], None] = lambda role: None,
+         gates: Callable[[Core], Gates] | None = None) -> Core:
     return Core(store or FakeStore(), SystemClock(), config or PollerConfig(), "test",  # type: ignore[arg-type]
-                PollerMetrics(), META)
+                PollerMetrics(), META, gates=gates, on_failure=on_failure)
 
 
 def wait_until(cond: Callable[[], bool], seconds: float = 5.0) -> None:
@@ -166,9 +168,8 @@ def test_a_hung_handler_times_out_its_worker_is_replaced_and_its_late_result_dis
 def test_more_hung_threads_than_the_cap_fail_the_poller():
     release = threading.Event()
     app = App.for_function(lambda j: release.wait(10), timeout_s=0.02)
-    c = core(PollerConfig(concurrency=2, max_abandoned_threads=1))
     failed: list[str] = []
-    c.on_failure = failed.append
+    c = core(PollerConfig(concurrency=2, max_abandoned_threads=1), on_failure=failed.append)
     workers = ThreadWorkers(c, app)
     workers.start()
     try:
@@ -328,3 +329,70 @@ def test_a_crash_in_any_thread_fails_the_poller_and_it_stops(role, inject, caplo
     assert poller.state(0) is ShardState.RELEASED and poller.shards == set()
     if role == "reader":
         assert "save_checkpoint" not in store.calls, "the reader's state is not trusted"
+
+
+# --- the core's collaborators -------------------------------------------------------------
+
+
+class _SkipAll:
+    """Gates that skip every job, built from the core they serve."""
+
+    def __init__(self, c: Core) -> None:
+        self.core = c
+        self.pregated: list[list[Job]] = []
+
+    def gate(self, jobs: list[Job]) -> dict[str, Outcome]:
+        now = self.core.clock.now_ms()
+        return {j.job_id: Outcome(j, False, "skipped: test", None, False, now, skip="test") for j in jobs}
+
+    def pregate(self, jobs: list[Job]) -> None:
+        self.pregated.append(jobs)
+
+
+def test_the_core_builds_its_gates_from_itself_and_the_workers_use_them():
+    c = core(gates=_SkipAll)
+    assert isinstance(c.gates, _SkipAll) and c.gates.core is c
+    workers = ThreadWorkers(c, App.for_function(lambda j: pytest.fail("a skipped job ran")))
+    done = workers.fire_chunk([job(0), job(1)], _Worker(c.flight.new_slot()))
+    assert [o.error for o in done] == ["skipped: test"] * 2
+    assert core().gate is None and core().pregate is None, "no gates: every job fires"
+
+
+def test_a_poller_gives_the_core_and_the_loop_their_collaborators_when_it_builds_them():
+    async def handler(j: Job) -> None:
+        pass
+
+    p = Poller(FakeStore(), App.for_function(handler), config=PollerConfig(notify_address=None))  # type: ignore[arg-type]
+    try:
+        assert p.core.gate == p.occurrences.gate and p.core.pregate == p.occurrences.pregate
+        assert p.core.on_failure == p._on_failure
+        take = getattr(p.workers, "take", None)
+        assert take is not None and take() == [], "the loop takes due jobs from the core itself"
+    finally:
+        p.stop(0)
+
+
+_COLLABORATORS = {"gate", "pregate", "on_failure", "take", "gates"}
+
+
+def test_no_collaborator_of_the_core_or_the_workers_is_assigned_from_outside():
+    """``Core`` and the workers get them in their constructors: an assignment
+    ``x.gate = ...`` (x not ``self``) anywhere in the package, or ``x.core.lease = ...``,
+    would be one made after construction."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "scheduler"
+    found = []
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = node.targets if isinstance(node, ast.Assign) else (
+                [node.target] if isinstance(node, ast.AnnAssign | ast.AugAssign) else [])
+            for target in targets:
+                if not isinstance(target, ast.Attribute):
+                    continue
+                owner = ast.unparse(target.value)
+                if (target.attr in _COLLABORATORS and owner != "self") or (
+                        target.attr == "lease" and owner.split(".")[-1] == "core"):
+                    found.append(f"{path.relative_to(root)}:{node.lineno}: {ast.unparse(target)}")
+    assert found == []
