@@ -1,5 +1,8 @@
-"""The storage interface: one small abstract class, a Cassandra and an embedded
+"""The storage interface: one abstract class, a Cassandra and an embedded
 implementation, and one contract test suite (``tests/contract``) run against both.
+Consumers see it by role: ``roles.py`` cuts its public methods into small protocols
+(``Meta``, ``JobReads``, ``Firing``...), and each consumer is annotated with the ones
+it calls; ``Store`` satisfies all of them.
 
 Every method either does all of its work or raises a ``SchedulerError``; the docstring
 of each says what a failure part-way leaves behind.

@@ -386,9 +386,9 @@ def test_no_collaborator_of_the_core_or_the_workers_is_assigned_from_outside():
     found = []
     for path in root.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            targets = node.targets if isinstance(node, ast.Assign) else (
-                [node.target] if isinstance(node, ast.AnnAssign | ast.AugAssign) else [])
-            for target in targets:
+            if not isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+                continue
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
                 if not isinstance(target, ast.Attribute):
                     continue
                 owner = ast.unparse(target.value)
