@@ -8,6 +8,8 @@
 | SCHEDULER_LAYOUT_CACHE_TTL_S | 30 | how long a producer may use cached shard layouts |
 | SCHEDULER_LOAD_CONCURRENCY | 128 | requests in flight for bulk loads (old name: SCHEDULER_CONCURRENCY) |
 | SCHEDULER_METRICS_ADDRESS | 127.0.0.1:9460 | where `scheduler run` serves /metrics; ``off`` for none |
+| SCHEDULER_NOTIFY_ADDRESS | 127.0.0.1:0 | where a poller listens for producers' nudges (UDP); ``off`` for none |
+| SCHEDULER_NUDGE | on | whether producers nudge owners about due-now jobs; ``off`` for never |
 | SCHEDULER_CASSANDRA_USER | (none) | Cassandra login (a user in the store URL wins) |
 | SCHEDULER_CASSANDRA_PASSWORD_FILE | (none) | file holding its password, re-read on each new connection |
 | SCHEDULER_CASSANDRA_PASSWORD | (none) | the password itself (the file is preferred) |

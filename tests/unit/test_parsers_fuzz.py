@@ -265,4 +265,4 @@ def test_a_load_file_that_is_valid_is_written(load_store, tmp_path, capsys):
                     + "\n\n")
     assert get_command(app).main(["load", str(path), "--store", load_store], "scheduler",
                                  standalone_mode=False) == 0
-    assert "scheduled 1 jobs" in capsys.readouterr().out
+    assert "scheduled 1 job\n" in capsys.readouterr().out
