@@ -5,6 +5,11 @@ A job leaves only when ``now_ms >= job.fire_ms`` (or the earlier time it was pus
 with, never before its due time) by the poller's wall clock, so it never fires early by
 that clock. A shard over its own rate parks its due jobs in a per-shard
 queue, so one busy shard cannot hold back the others.
+
+Every queued job is indexed by its key ``(fire_ms, job_id)``, so ``find`` and the
+discards cost a lookup per key, not a pass over the queue (nudge re-checks call them
+while the queue holds up to ``max_buffered`` rows). A discarded job's heap entry stays
+in the heap, stale, until it reaches the top or the heap is compacted.
 """
 
 from __future__ import annotations
@@ -12,18 +17,34 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass
 
 from ..domain.model import Job
 from ..domain.progress import Key
 from ..domain.ratelimit import TokenBucket
 
+# Stale heap entries tolerated beyond the live ones before the heap is rebuilt.
+COMPACT_SLACK = 64
+
+
+@dataclass(slots=True)
+class _Queued:
+    seq: int  # which heap entry is this job's: an older entry of the same key is stale
+    job: Job
+    parked: bool = False  # in its shard's parked queue, no longer in the heap
+
 
 class DueQueue:
     def __init__(self, poller_rate: float | None = None, shard_rate: float | None = None,
                  monotonic: Callable[[], float] | None = None) -> None:
-        # (fire_ms, job_id, job): job ids break ties, and a poller never holds one
-        # (fire_ms, job_id) twice.
-        self._heap: list[tuple[int, str, Job]] = []
+        # (leave at ms, job_id, seq, job): ids break ties, and the sequence number keeps
+        # two entries of one job (one stale) from being compared by their jobs.
+        self._heap: list[tuple[int, str, int, Job]] = []
+        # Every queued job, in the heap or parked, by key: the only record of which
+        # heap entries are live.
+        self._index: dict[Key, _Queued] = {}
+        self._in_heap = 0  # live heap entries (the rest of the heap is stale)
+        self._seq = 0
         self._poller = TokenBucket(poller_rate, monotonic=monotonic)
         self._shard_rate = shard_rate
         self._mono = monotonic
@@ -33,18 +54,37 @@ class DueQueue:
         self.throttled = 0  # how many times a due job had to wait for a token
 
     def __len__(self) -> int:
-        return len(self._heap) + sum(len(q) for q in self._parked.values())
+        return len(self._index)
 
     def push(self, job: Job, at_ms: int | None = None) -> None:
         """Queue ``job`` to leave at its fire time, or at ``at_ms`` (a due-now job taken
-        ahead of the read cursor leaves at its due time: never before it is due)."""
-        heapq.heappush(self._heap, (job.fire_ms if at_ms is None else at_ms, job.job_id, job))
+        ahead of the read cursor leaves at its due time: never before it is due). A
+        poller never queues a key twice; if it did, the later push replaces the earlier
+        one (the job leaves once)."""
+        key = (job.fire_ms, job.job_id)
+        if key in self._index:
+            self._remove([key])
+        self._seq += 1
+        self._index[key] = _Queued(self._seq, job)
+        self._in_heap += 1
+        heapq.heappush(self._heap, (job.fire_ms if at_ms is None else at_ms, job.job_id, self._seq, job))
 
     def _shard_bucket(self, shard: int) -> TokenBucket:
         tb = self._shard_buckets.get(shard)
         if tb is None:
             tb = self._shard_buckets[shard] = TokenBucket(self._shard_rate, monotonic=self._mono)
         return tb
+
+    def _live(self, entry: tuple[int, str, int, Job]) -> bool:
+        q = self._index.get((entry[3].fire_ms, entry[1]))
+        return q is not None and q.seq == entry[2] and not q.parked
+
+    def _top(self) -> tuple[int, str, int, Job] | None:
+        """The heap's first live entry, stale ones above it dropped; None when empty."""
+        heap = self._heap
+        while heap and not self._live(heap[0]):
+            heapq.heappop(heap)
+        return heap[0] if heap else None
 
     def pop_ready(self, now_ms: int, max_n: int) -> list[Job]:
         """Up to ``max_n`` due jobs that the rate bounds allow, oldest first."""
@@ -58,14 +98,19 @@ class DueQueue:
                     tb.give_back()
                     self.throttled += 1
                     return out
-                out.append(queue.popleft())
+                job = queue.popleft()
+                del self._index[(job.fire_ms, job.job_id)]
+                out.append(job)
             if not queue:
                 del self._parked[shard]
-        while self._heap and len(out) < max_n and self._heap[0][0] <= now_ms:
-            job = self._heap[0][2]
+        while len(out) < max_n and (top := self._top()) is not None and top[0] <= now_ms:
+            job = top[3]
+            key = (job.fire_ms, job.job_id)
             if self._shard_rate is not None and (job.shard in self._parked
                                                  or not self._shard_bucket(job.shard).try_take()):
                 heapq.heappop(self._heap)
+                self._in_heap -= 1
+                self._index[key].parked = True
                 self._parked.setdefault(job.shard, deque()).append(job)
                 self.throttled += 1
                 continue
@@ -75,6 +120,8 @@ class DueQueue:
                 self.throttled += 1
                 break
             heapq.heappop(self._heap)
+            self._in_heap -= 1
+            del self._index[key]
             out.append(job)
         return out
 
@@ -84,70 +131,66 @@ class DueQueue:
         if self._parked:
             waits.append(min(self._shard_bucket(s).wait_s() for s in self._parked))
             waits.append(self._poller.wait_s())
-        if self._heap:
-            due_in = max(0.0, (self._heap[0][0] - now_ms) / 1000)
+        top = self._top()
+        if top is not None:
+            due_in = max(0.0, (top[0] - now_ms) / 1000)
             waits.append(max(due_in, self._poller.wait_s()))
         return min(waits) if waits else 3600.0
 
     def discard_shard(self, shard: int) -> list[Job]:
-        """Remove and return every job of ``shard`` (its ownership was lost)."""
-        dropped = [e[2] for e in self._heap if e[2].shard == shard]
-        if dropped:
-            self._heap = [e for e in self._heap if e[2].shard != shard]
-            heapq.heapify(self._heap)
-        dropped.extend(self._parked.pop(shard, ()))
-        return dropped
+        """Remove and return every job of ``shard`` (its ownership was lost). One pass
+        over the queue: a rare operation."""
+        return self._remove([key for key, q in self._index.items() if q.job.shard == shard])
 
     def find(self, keys: Collection[Key]) -> dict[Key, Job]:
         """The queued jobs (in the heap or parked) whose ``(fire_ms, job_id)`` is one of
-        ``keys``. One pass over the queue: for rare checks, not for every job."""
-        if not keys:
-            return {}
-        found = {}
-        for job in self._jobs():
-            key = (job.fire_ms, job.job_id)
-            if key in keys:
-                found[key] = job
-        return found
+        ``keys``: a lookup per key."""
+        index = self._index
+        return {key: q.job for key in keys if (q := index.get(key)) is not None}
 
     def discard(self, job_id: str, fire_ms: int) -> Job | None:
         """Remove the queued job with this key, if any, and return it (None when it is
-        not queued: dispatched already, or never queued). O(n): a rare operation."""
+        not queued: dispatched already, or never queued)."""
         dropped = self.discard_many({(fire_ms, job_id)})
         return dropped[0] if dropped else None
 
     def discard_many(self, keys: Collection[Key]) -> list[Job]:
         """Remove and return the queued jobs whose ``(fire_ms, job_id)`` is one of ``keys``,
         wherever they wait: in the heap (matched on the job, not on the heap's time: a job
-        taken early waits under its due time) or parked behind its shard's rate. One pass
-        over the queue whatever the number of keys."""
-        if not keys:
-            return []
-        dropped = [e[2] for e in self._heap if (e[2].fire_ms, e[2].job_id) in keys]
-        if dropped:
-            self._heap = [e for e in self._heap if (e[2].fire_ms, e[2].job_id) not in keys]
+        taken early waits under its due time) or parked behind its shard's rate. A lookup
+        per key, plus a pass over the parked queue of each shard a parked one was in."""
+        return self._remove([key for key in dict.fromkeys(keys) if key in self._index])
+
+    def _remove(self, keys: list[Key]) -> list[Job]:
+        """Remove the queued jobs of ``keys`` (each queued, no repeats) and return them."""
+        dropped: list[Job] = []
+        parked: dict[int, set[Key]] = {}
+        for key in keys:
+            q = self._index.pop(key)
+            dropped.append(q.job)
+            if q.parked:
+                parked.setdefault(q.job.shard, set()).add(key)
+            else:
+                self._in_heap -= 1  # its heap entry is now stale
+        for shard, gone in parked.items():
+            kept = deque(j for j in self._parked[shard] if (j.fire_ms, j.job_id) not in gone)
+            if kept:
+                self._parked[shard] = kept
+            else:
+                del self._parked[shard]
+        if len(self._heap) - self._in_heap > max(COMPACT_SLACK, self._in_heap):
+            self._heap = [e for e in self._heap if self._live(e)]
             heapq.heapify(self._heap)
-        for shard in list(self._parked):
-            queue = self._parked[shard]
-            if any((j.fire_ms, j.job_id) in keys for j in queue):
-                dropped.extend(j for j in queue if (j.fire_ms, j.job_id) in keys)
-                kept = deque(j for j in queue if (j.fire_ms, j.job_id) not in keys)
-                if kept:
-                    self._parked[shard] = kept
-                else:
-                    del self._parked[shard]
         return dropped
 
     def _jobs(self) -> Iterator[Job]:
-        for e in self._heap:
-            yield e[2]
-        for q in self._parked.values():
-            yield from q
+        """Every queued job (tests read the queue through this)."""
+        return (q.job for q in self._index.values())
 
     def drain(self) -> list[Job]:
         """Remove and return everything (shutdown)."""
-        out = [e[2] for e in self._heap]
+        out = [e[3] for e in self._heap if self._live(e)]
         for q in self._parked.values():
             out.extend(q)
-        self._heap, self._parked = [], {}
+        self._heap, self._parked, self._index, self._in_heap = [], {}, {}, 0
         return out
