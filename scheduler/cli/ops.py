@@ -258,36 +258,39 @@ def exporter(
     """Serve per-shard lag and due backlog read from the store, until SIGTERM or SIGINT.
 
     It needs no poller: when every poller is down, lag keeps growing here."""
+    import contextlib
     import signal
     import threading
 
     from .. import logs
     from ..domain.clock import SystemClock
     from ..observe.exporter import LagExporter
-    from ..observe.metrics import serve_registry
+    from ..observe.metrics import start_server
 
     logs.setup(json_output=False)
-    with errors():
+    stop = threading.Event()
+    with errors(), contextlib.ExitStack() as opened:
+        # What is opened here is closed on every way out, in reverse order, as in
+        # runtime/runner.py: a start-up step that fails (the metrics address taken, the
+        # store or ZooKeeper unreachable, signals refused off the main thread) leaves
+        # no store session, exporter thread or listening socket behind. The fleet view
+        # holds no ZooKeeper session between reads: each read opens and closes its own.
         interval_s = duration(interval, "--interval", allow_zero=False)
         audit_s = None if audit_interval is None else duration(audit_interval, "--audit-interval")
         if audit_s is not None and audit_s < 60:
             raise InvalidInput("--audit-interval must be at least 60 seconds: each audit reads a whole hour")
         st, fleet = _open(store, coordinator)
-        try:
-            exp = LagExporter(st, SystemClock(), fleet, interval_s=interval_s, audit_interval_s=audit_s)
-            exp.refresh()  # fail at start, with a clear message, rather than serve nothing
-            bound = serve_registry(exp.registry, address)
-        except BaseException:
-            st.close()
-            raise
-    exp.start()
-    typer.echo(f"exporter: serving lag of {st.url} on http://{bound}/metrics", err=True)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
-    exp.stop()
-    st.close()
+        opened.callback(st.close)
+        exp = LagExporter(st, SystemClock(), fleet, interval_s=interval_s, audit_interval_s=audit_s)
+        exp.refresh()  # fail at start, with a clear message, rather than serve nothing
+        server = start_server(exp.registry, address)
+        opened.callback(server.close)
+        opened.callback(exp.stop)  # a no-op before its start
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            opened.callback(signal.signal, sig, signal.signal(sig, lambda *_: stop.set()))
+        exp.start()
+        typer.echo(f"exporter: serving lag of {st.url} on http://{server.address}/metrics", err=True)
+        stop.wait()
 
 
 @app.command()
