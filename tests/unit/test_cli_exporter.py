@@ -15,7 +15,7 @@ from typer.testing import CliRunner, Result
 
 import scheduler.cli.main  # noqa: F401  (registers every command)
 from scheduler.cli import ops
-from scheduler.cli.common import EXIT_ERROR, app
+from scheduler.cli.common import EXIT_ERROR, app, store_for
 from tests.conftest import ZOOKEEPER_HOSTS
 from tests.procs import wait_until
 
@@ -33,12 +33,16 @@ def opened(tmp_path: Path, monkeypatch: Any) -> tuple[str, list[Any], list[Any]]
     assert cli("schema", "apply", "--store", url).exit_code == 0
     stores: list[Any] = []
     closed: list[Any] = []
-    real = ops.store_for
 
     def recorded(store: str | None, **kwargs: Any) -> Any:
-        st = real(store, **kwargs)
+        st = store_for(store, **kwargs)
         close = st.close
-        st.close = lambda: (closed.append(st), close())[1]
+
+        def recorded_close() -> None:
+            closed.append(st)
+            close()
+
+        st.close = recorded_close
         stores.append(st)
         return st
 
