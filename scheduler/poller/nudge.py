@@ -103,7 +103,7 @@ class Nudges:
         the usual path, and its retired rows stay queued (they may fire once more, as
         without nudges)."""
         core, meta = self.core, self.core.meta
-        latest = core.clock.now_ms() + meta.late_margin_ms + 2 * meta.max_skew_ms + AHEAD_SLACK_MS
+        latest = self._horizon()
         wanted: dict[tuple[int, int], set[Key]] = defaultdict(set)
         with core.cond:
             for e in entries:
@@ -117,11 +117,9 @@ class Nudges:
                         and bucket >= st.progress.read_bucket):
                     wanted[(shard, bucket)].add((fire_ms, job_id))
             queued = self._queued(recheck)
-        parts = [(bucket, shard, (min(k[0] for k in keys) - 1, ""), max(k[0] for k in keys))
-                 for (shard, bucket), keys in wanted.items()]
-        # One exact range per retired position: the rows at that millisecond (job ids are
-        # never empty, so all of them sort after ``(fire_ms, "")``).
-        recheck_parts = [(bucket, shard, (fire_ms, ""), fire_ms) for shard, bucket, fire_ms in queued]
+        # One range per nudged shard and bucket, one exact range per retired position.
+        parts = [_span(shard, bucket, keys) for (shard, bucket), keys in wanted.items()]
+        recheck_parts = [_span(shard, bucket, keys) for (shard, bucket, _f), keys in queued.items()]
         sizes = [*map(len, wanted.values()), *map(len, queued.values())]
         limit = min(core.config.read_limit, max(sizes, default=0) + READ_SLACK)
         try:
@@ -140,6 +138,12 @@ class Nudges:
         if queued:
             self._drop(queued, found[len(parts):])
         return taken
+
+    def _horizon(self) -> int:
+        """The latest time a nudged row may be placed at, or due at, to be taken: ``now +
+        late margin + 2 x max skew + AHEAD_SLACK_MS``."""
+        meta = self.core.meta
+        return self.core.clock.now_ms() + meta.late_margin_ms + 2 * meta.max_skew_ms + AHEAD_SLACK_MS
 
     def _queued(self, recheck: Iterable[Entry]) -> dict[tuple[int, int, int], set[Key]]:
         """The valid ``recheck`` entries that name a job queued in the due queue, in the
@@ -192,8 +196,7 @@ class Nudges:
         core = self.core
         # Any row due within the window a nudge may name (not only the read horizon): one
         # due in 2.5 s, placed at now + 3 s, leaves at its due time, not 0.5 s late.
-        meta = core.meta
-        horizon = core.clock.now_ms() + meta.late_margin_ms + 2 * meta.max_skew_ms + AHEAD_SLACK_MS
+        horizon = self._horizon()
         n = 0
         with core.cond:
             st = core.shards.get(shard)
@@ -339,3 +342,10 @@ class Nudges:
         if self.address is not None and not self.core.store_fault.failing:
             with contextlib.suppress(SchedulerError):
                 self.core.store.set_notify_endpoint(self.core.name, None, self.core.clock.now_ms())
+
+
+def _span(shard: int, bucket: int, keys: set[Key]) -> tuple[int, int, Key, int]:
+    """The range of ``read_buckets`` holding every one of ``keys`` (positions of one shard
+    and bucket): from just before the first one's millisecond (job ids are never empty,
+    so every row at it sorts after ``(fire_ms, "")``) to the last one's."""
+    return bucket, shard, (min(k[0] for k in keys), ""), max(k[0] for k in keys)
