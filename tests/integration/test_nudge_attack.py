@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import random
-import socket
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from scheduler.domain.keys import bucket_of_ms
 from scheduler.domain.model import Job
 from scheduler.poller import Poller, PollerConfig
 from scheduler.store import SchemaOptions, open_store
+from tests.datagrams import Sender
 from tests.procs import wait_until
 
 SHARDS = 4
@@ -94,7 +94,7 @@ def test_a_poller_under_a_datagram_attack_keeps_firing_on_time(tmp_path):
     attacker: threading.Thread | None = None
     try:
         assert poller.nudges.address is not None
-        host, port = poller.nudges.address.rsplit(":", 1)
+        address = poller.nudges.address
         wait_until(lambda: poller.name in store.notify_endpoints(clock.now_ms()), 30,
                    "the poller's nudge address recorded (the client nudges due-now jobs)")
         now = datetime.now(UTC)
@@ -105,10 +105,10 @@ def test_a_poller_under_a_datagram_attack_keeps_firing_on_time(tmp_path):
 
         def attack() -> None:
             nonlocal sent
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            with Sender(address) as s:
                 while not halt.is_set():
                     for _ in range(PER_PACE):
-                        s.sendto(make(), (host, int(port)))
+                        s.send(make())
                         sent += 1
                     halt.wait(0.01)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -36,6 +35,7 @@ from scheduler.producer.wire import (
     encode,
 )
 from scheduler.store import SchemaOptions, Store, open_store
+from tests.datagrams import send as send_datagrams
 from tests.procs import wait_until
 
 T0_MS = 1_800_000_000_000
@@ -253,17 +253,14 @@ def test_rejections_are_logged_once_then_summarised(store: Store, caplog: pytest
 
 def test_a_flood_is_drained_in_bounded_batches(store: Store):
     nudges = stepped_poller(store, FakeClock(T0_MS)).nudges
-    host, port = nudges.bind("127.0.0.1:0").rsplit(":", 1)
-    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    address = nudges.bind("127.0.0.1:0")
     try:
-        for _ in range(MAX_BATCH + 10):
-            sender.sendto(nudge([0, 0, 0, "a"]), (host, int(port)))
+        send_datagrams(address, *[nudge([0, 0, 0, "a"])] * (MAX_BATCH + 10))
         assert nudges.sock is not None
         first = nudges.sock.recvfrom(65535)
         assert len(nudges._drain(*first)) == MAX_BATCH, "the rest waits for the next batch"
         assert len(nudges._drain(*nudges.sock.recvfrom(65535))) == 10
     finally:
-        sender.close()
         nudges.close()
 
 
@@ -283,10 +280,7 @@ def listener_alive(poller: Poller) -> bool:
 
 def send(poller: Poller, *datagrams: bytes) -> None:
     assert poller.nudges.address is not None
-    host, port = poller.nudges.address.rsplit(":", 1)
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        for d in datagrams:
-            s.sendto(d, (host, int(port)))
+    send_datagrams(poller.nudges.address, *datagrams)
 
 
 def rejected(poller: Poller) -> float:

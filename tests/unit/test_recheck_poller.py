@@ -6,7 +6,6 @@ with an injected clock, except the last test, which goes through the listener th
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
@@ -23,6 +22,7 @@ from scheduler.errors import StoreUnavailable
 from scheduler.poller import Poller, PollerConfig
 from scheduler.producer.wire import encode
 from scheduler.store import SchemaOptions, Store, open_store
+from tests.datagrams import send as send_datagrams
 from tests.procs import wait_until
 
 T0_MS = 1_800_000_000_000
@@ -264,11 +264,9 @@ def test_a_recheck_datagram_drops_the_row_through_the_listener(store: Store, clo
         wait_until(lambda: queued(poller) == {"gone"}, 30, "the row read into the due queue")
         store.cancel(job)
         assert poller.nudges.address is not None
-        host, port = poller.nudges.address.rsplit(":", 1)
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            for datagram in encode([], recheck=[entry(job)]):
-                assert json.loads(datagram)["r"] == [list(entry(job))]
-                s.sendto(datagram, (host, int(port)))
+        datagrams = encode([], recheck=[entry(job)])
+        assert [json.loads(d)["r"] for d in datagrams] == [[list(entry(job))]]
+        send_datagrams(poller.nudges.address, *datagrams)
         wait_until(lambda: poller.stats.retired_dropped == 1, 30, "the retired row dropped")
         assert queued(poller) == set() and poller.failure is None
         clock.advance(5)
