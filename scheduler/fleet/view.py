@@ -64,6 +64,9 @@ def read_fleet(url: str, *, timeout_s: float = 10.0,
     except (KazooTimeoutError, KazooException) as exc:
         raise zk_unreachable(zk_url.hosts, exc, sec, "the fleet could not be read") from None
     finally:
+        # Each step on its own: a stop that raises must not skip the close, which frees
+        # the client's threads and socket.
         with contextlib.suppress(Exception):
             zk.stop()
+        with contextlib.suppress(Exception):
             zk.close()
