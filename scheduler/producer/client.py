@@ -23,6 +23,7 @@ from ..errors import StoreUnavailable, WriteTimeout
 from ..settings import Settings, cassandra_security
 from ..store import Store, StoreMeta, open_store
 from ..store.base import DeadLetter
+from ..store.roles import Meta
 from .jobview import JobView, describe
 from .producer import MIN_TRIES, RETRY_S, Producer
 from .recurring import Recurring
@@ -55,7 +56,7 @@ def open_producer(store: Store | str | None, clock: Clock | None, settings: Sett
     return st, owns, producer
 
 
-def read_meta(store: Store, retry_s: float) -> StoreMeta:
+def read_meta(store: Meta, retry_s: float) -> StoreMeta:
     """``store.meta()``, tried again on a timeout or an unavailable store for up to
     ``retry_s`` seconds (0.1 s apart, doubling to 1 s), as every later call is: a
     short-lived producer started while a node dies must not fail on its first read."""
