@@ -5,10 +5,10 @@
 | SCHEDULER_STORE | (none) | store URL, ``cassandra://...`` or ``sqlite:///...`` |
 | SCHEDULER_COORDINATOR | local | ``zookeeper://h1:2181,h2:2181/root`` or ``local`` |
 | SCHEDULER_MAX_PAYLOAD_BYTES | 65536 | payload size limit checked before writing |
-| SCHEDULER_LAYOUT_CACHE_TTL_S | 30 | how long a producer (and a poller writing occurrences) may use cached shard layouts |
+| SCHEDULER_LAYOUT_CACHE_TTL_S | 30 | how long producers (and occurrence writers) may use cached layouts |
 | SCHEDULER_LOAD_CONCURRENCY | 128 | requests in flight for bulk loads (old name: SCHEDULER_CONCURRENCY) |
 | SCHEDULER_METRICS_ADDRESS | 127.0.0.1:9460 | where `scheduler run` serves /metrics; ``off`` for none |
-| SCHEDULER_NOTIFY_ADDRESS | 127.0.0.1:0 | where a poller listens for producers' nudges (UDP); ``off`` for none |
+| SCHEDULER_NOTIFY_ADDRESS | 127.0.0.1:0 | where a poller listens for nudges (UDP); ``off``: none |
 | SCHEDULER_NUDGE | on | whether producers nudge owners about due-now jobs; ``off`` for never |
 | SCHEDULER_CASSANDRA_USER | (none) | Cassandra login (a user in the store URL wins) |
 | SCHEDULER_CASSANDRA_PASSWORD_FILE | (none) | file holding its password, re-read on each new connection |

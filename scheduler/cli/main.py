@@ -128,7 +128,8 @@ def load(file: Annotated[Path, typer.Argument(help="JSON lines, one job per line
                 jobs = _load_with_retries(client, records, lambda n: bar.advance(task, n))
         finally:
             client.close()
-    emit({"loaded": len(jobs)}, as_json, lambda: typer.echo(f"scheduled {len(jobs)} job{'' if len(jobs) == 1 else 's'}"))
+    noun = "job" if len(jobs) == 1 else "jobs"
+    emit({"loaded": len(jobs)}, as_json, lambda: typer.echo(f"scheduled {len(jobs)} {noun}"))
 
 
 LOAD_RETRIES = 5
