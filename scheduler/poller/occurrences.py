@@ -89,6 +89,12 @@ class Occurrences:
                                       nudge=config.nudge is not False)
         return self._producer
 
+    def close(self) -> None:
+        """Close the sockets the writer's producer opened to nudge owners; never raises."""
+        producer = self._producer
+        if producer is not None and producer.nudger is not None:
+            producer.nudger.close()
+
     def _run(self, steps: Steps[T]) -> T:
         return run_sync(self.core.store, steps)
 

@@ -327,6 +327,8 @@ class Poller:
             if t is not threading.current_thread():
                 t.join(timeout=max(0.0, join_until - time.monotonic()))
         self.nudges.close()
+        if core.gates is not None:
+            core.gates.close()
         for shard in sorted(self.shards):
             with core.cond:
                 st = core.shards.get(shard)

@@ -40,8 +40,10 @@ def open_producer(store: Store | str | None, clock: Clock | None, settings: Sett
     if isinstance(store, Store):
         st, owns = store, False
     else:
-        st, owns = open_store(settings.require_store(store), concurrency=settings.load_concurrency,
-                             security=cassandra_security()), True
+        # create=False: a client never makes a store (``schema apply`` does); an embedded
+        # store's missing file stays missing rather than appearing empty.
+        st, owns = open_store(settings.require_store(store), create=False,
+                             concurrency=settings.load_concurrency, security=cassandra_security()), True
     try:
         producer = Producer(
             read_meta(st, retry_s), clock or SystemClock(),

@@ -269,3 +269,13 @@ def test_console_refuses_bad_options_with_one_line(store, args, says):
     res = run("console", *args, store=store)
     assert res.returncode != 0 and says in res.stderr
     assert len([line for line in res.stderr.splitlines() if line.strip()]) == 1, res.stderr
+
+
+def test_a_client_of_a_missing_embedded_store_raises_and_creates_no_file(tmp_path):
+    from scheduler import Client
+    from scheduler.errors import StoreUnavailable
+
+    path = tmp_path / "missing.db"
+    with pytest.raises(StoreUnavailable):
+        Client(f"sqlite:///{path}")
+    assert not path.exists(), "a client made an empty store file"

@@ -66,3 +66,20 @@ def test_the_occurrence_writer_takes_its_producer_settings_from_the_poller_confi
     producer = poller.occurrences.producer
     assert producer.layout_cache_ttl_s == 1.0
     assert producer.nudger is None
+
+
+def test_a_stopped_poller_closes_the_sockets_its_occurrence_writer_nudged_with(tmp_path: Any, request: Any):
+    store = make_store("sqlite", request, tmp_path, SchemaOptions(shard_count=4), now_ms=T0_MS - 60_000)
+    clock = FakeClock(T0_MS)
+    poller = make_poller(store, clock, None, config=replace(FAST, nudge=True))
+    try:
+        nudger = poller.occurrences.producer.nudger
+        assert nudger is not None
+        closed: list[bool] = []
+        real_close = nudger.close
+        nudger.close = lambda: (closed.append(True), real_close())[1]  # type: ignore[method-assign]
+        drive(poller, clock, 1)
+    finally:
+        poller.stop()
+        store.close()
+    assert closed == [True], "the writer's nudge sockets stayed open after the poller stopped"

@@ -348,6 +348,9 @@ class _SkipAll:
     def pregate(self, jobs: list[Job]) -> None:
         self.pregated.append(jobs)
 
+    def close(self) -> None:
+        pass
+
 
 def test_the_core_builds_its_gates_from_itself_and_the_workers_use_them():
     c = core(gates=_SkipAll)
