@@ -77,7 +77,12 @@ def test_a_stopped_poller_closes_the_sockets_its_occurrence_writer_nudged_with(t
         assert nudger is not None
         closed: list[bool] = []
         real_close = nudger.close
-        nudger.close = lambda: (closed.append(True), real_close())[1]  # type: ignore[method-assign]
+
+        def close() -> None:
+            closed.append(True)
+            real_close()
+
+        nudger.close = close  # type: ignore[method-assign]
         drive(poller, clock, 1)
     finally:
         poller.stop()
