@@ -1,0 +1,345 @@
+"""Admission on one poller, pure: the per-kind gates (rate and concurrency at this poller's
+share of the fleet-wide limits, pause) and the fair queue of due jobs they guard.
+
+``FairQueue.take`` picks what starts next: never a job before its due time; higher
+priority first; among the kinds of one priority, and among the keys of one kind, turns
+in a ring (round-robin), so a key with 10,000 waiting jobs takes one turn as a key with
+5 does; each key's jobs oldest first. A job refused by its kind's gate stays queued and
+its kind sits out the rest of that take, without blocking any other kind.
+
+Jobs without a key share one lane per kind and priority, which takes its turn as one key
+does (and has no per-key limit).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter, deque
+from collections.abc import Callable
+from typing import Generic, Protocol, TypeVar
+
+from ..errors import InvalidInput
+from .flow import Limits, check_priority
+from .ratelimit import TokenBucket
+
+
+class KindGate:
+    """One kind's gate on one poller: a token bucket at this poller's share of the rate and a
+    running count capped at its slots. ``update`` changes both live and never mints tokens:
+    a bucket rebuilt at a new rate keeps its tokens, capped at the new burst; a share that
+    was 0 starts empty (its tokens went to the pollers that had demand). A brand-new limit
+    starts full: its burst is allowed once."""
+
+    def __init__(self, kind: str, monotonic: Callable[[], float]) -> None:
+        self.kind = kind
+        self._mono = monotonic
+        self.limits = Limits(kind)
+        self.rate_share: float | None = None  # None: no rate limit
+        self.slots: int | None = None  # None: no concurrency limit
+        self.running = 0
+        self._bucket: TokenBucket | None = None
+
+    def update(self, limits: Limits, rate_share: float | None = None, slots: int | None = None) -> None:
+        """New limits and my parts of them (default: all of it, a fleet of one)."""
+        if limits.kind != self.kind:
+            raise InvalidInput(f"limits of {limits.kind!r} given to the gate of {self.kind!r}")
+        rate = limits.rate_per_s
+        old, was = self._bucket, self.rate_share
+        self.limits = limits
+        if rate is None:
+            self.rate_share, self._bucket = None, None
+        else:
+            mine = rate if rate_share is None else min(max(0.0, rate_share), rate)
+            self.rate_share = mine
+            if mine <= 0:
+                self._bucket = None
+            elif old is None or was != mine or old.burst != self._burst(limits, mine):
+                burst = self._burst(limits, mine)
+                self._bucket = TokenBucket(mine, burst, self._mono)  # starts full
+                keep = burst if was is None else 0.0 if old is None else _tokens(old)
+                if keep < burst:
+                    self._bucket.try_take(burst - keep)
+        conc = limits.concurrency
+        self.slots = None if conc is None else conc if slots is None else min(max(0, slots), conc)
+
+    @staticmethod
+    def _burst(limits: Limits, mine: float) -> float:
+        # Scaled by my fraction so the fleet's bursts sum to the limit's, but at least one
+        # token: a bucket that can never hold one never admits (with many pollers on a tiny
+        # rate the fleet may then burst a little over; the rate itself still holds).
+        assert limits.rate_per_s is not None
+        return max(1.0, limits.effective_burst * mine / limits.rate_per_s)
+
+    def try_start(self) -> str | None:
+        """None and one more running, or the reason it may not start: paused, concurrency,
+        rate (checked in that order, so a refused start spends no token)."""
+        if self.limits.paused:
+            return "paused"
+        if self.slots is not None and self.running >= self.slots:
+            return "concurrency"
+        if self.rate_share is not None and (self._bucket is None or not self._bucket.try_take()):
+            return "rate"
+        self.running += 1
+        return None
+
+    def finished(self) -> None:
+        self.running = max(0, self.running - 1)
+
+
+def _tokens(bucket: TokenBucket) -> float:
+    # TokenBucket keeps its level private; wait_s(burst) is the time to refill the missing
+    # part, so the level is burst minus that at the rate (rounded against float dust).
+    assert bucket.rate is not None
+    return round(bucket.burst - bucket.wait_s(bucket.burst) * bucket.rate, 9)
+
+
+class Gates:
+    """The gates of all kinds on one poller; a kind with no limits always starts. Every
+    start is counted, limited kind or not, so limits set while handlers of a kind run
+    count those handlers (a gate with no limits and none running is dropped)."""
+
+    def __init__(self, monotonic: Callable[[], float]) -> None:
+        self._mono = monotonic
+        self._gates: dict[str, KindGate] = {}
+
+    def _gate(self, kind: str) -> KindGate:
+        gate = self._gates.get(kind)
+        if gate is None:
+            gate = self._gates[kind] = KindGate(kind, self._mono)
+        return gate
+
+    def _drop_idle(self, gate: KindGate) -> None:
+        if not gate.limits.limited and gate.running == 0:
+            del self._gates[gate.kind]
+
+    def update(self, limits: Limits, rate_share: float | None = None, slots: int | None = None) -> None:
+        gate = self._gate(limits.kind)
+        gate.update(limits, rate_share, slots)
+        self._drop_idle(gate)
+
+    def get(self, kind: str) -> KindGate | None:
+        return self._gates.get(kind)
+
+    def try_start(self, kind: str) -> str | None:
+        return self._gate(kind).try_start()
+
+    def finished(self, kind: str) -> None:
+        gate = self._gates.get(kind)
+        if gate is not None:
+            gate.finished()
+            self._drop_idle(gate)
+
+
+# --- the fair queue ----------------------------------------------------------------------
+
+
+class Queued(Protocol):
+    """What the queue reads of a job (``domain.model.Job`` plus key and priority fits)."""
+
+    @property
+    def job_id(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def key(self) -> str | None: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def due_ms(self) -> int: ...
+
+
+J = TypeVar("J", bound=Queued)
+Lane = tuple[str, int, str | None]  # kind, priority, key
+Entry = tuple[int, int, J]  # due_ms, seq (FIFO among equal due times), job
+
+
+class FairQueue(Generic[J]):
+    """Due jobs waiting to start on one poller. Cost per job: O(log n) to add and take,
+    plus, per take, one look at each kind its gate refused. Lanes of a key at its per-key
+    limit are set aside (parked) and come back when a job of that key finishes, so a take
+    never scans them; a job removed is dropped lazily when its lane reaches it.
+
+    Per-key counts are this poller's: they hold fleet-wide when every job of a key is on
+    one poller (jobs sharded by their key)."""
+
+    def __init__(self) -> None:
+        self._seq = 0
+        self._live: dict[str, tuple[int, J]] = {}  # job_id -> (seq, job) of queued jobs
+        self._future: list[Entry[J]] = []  # not due yet, by due time
+        self._ready_ids: set[str] = set()
+        self._ready: Counter[str] = Counter()  # kind -> due jobs waiting
+        self._lanes: dict[Lane, list[Entry[J]]] = {}
+        # priority -> ring of kinds with ringed lanes; (priority, kind) -> ring of keys
+        self._kinds: dict[int, deque[str]] = {p: deque() for p in range(10)}
+        self._keys: dict[tuple[int, str], deque[str | None]] = {}
+        self._ringed: set[Lane] = set()
+        self._parked: dict[tuple[str, str], set[int]] = {}  # (kind, key) at its limit
+        self._running: Counter[tuple[str, str]] = Counter()
+        self._key_limit: dict[str, int] = {}
+        self.throttled: Counter[tuple[str, str]] = Counter()  # (kind, reason) -> refusals
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def waiting(self, kind: str) -> int:
+        """Jobs of ``kind`` due and waiting (as of the last take): its held jobs when paused."""
+        return self._ready[kind]
+
+    def running(self, kind: str, key: str) -> int:
+        return self._running[(kind, key)]
+
+    def add(self, job: J) -> bool:
+        """Queue a job; False if one with its id is queued already (a re-read row).
+        Raises InvalidInput for a priority outside 0-9, queueing nothing."""
+        check_priority(job.priority)
+        if job.job_id in self._live:
+            return False
+        self._seq += 1
+        self._live[job.job_id] = (self._seq, job)
+        heapq.heappush(self._future, (job.due_ms, self._seq, job))
+        return True
+
+    def remove(self, job_id: str) -> bool:
+        """Forget a queued job (cancelled, or its shard lost); False if it was not queued."""
+        queued = self._live.pop(job_id, None)
+        if queued is None:
+            return False
+        if job_id in self._ready_ids:
+            self._ready_ids.discard(job_id)
+            self._ready[queued[1].kind] -= 1
+        return True
+
+    def set_key_limit(self, limits: Limits) -> None:
+        """The kind's per-key concurrency changed (None: no limit); live."""
+        kind, limit = limits.kind, limits.per_key_concurrency
+        if limit is None:
+            self._key_limit.pop(kind, None)
+        else:
+            self._key_limit[kind] = limit
+        for kind_key in [kk for kk in self._parked if kk[0] == kind]:
+            self._unpark(kind_key)
+
+    def finished(self, job: J) -> None:
+        """A job taken earlier ended: its key may run one more."""
+        if job.key is None:
+            return
+        kind_key = (job.kind, job.key)
+        self._running[kind_key] -= 1
+        if self._running[kind_key] <= 0:
+            del self._running[kind_key]
+        self._unpark(kind_key)
+
+    def take(self, n: int, now_ms: int, admit: Callable[[J], str | None]) -> list[J]:
+        """Up to ``n`` jobs due at ``now_ms`` to start now, in order. ``admit(job)`` is the
+        kind's gate: None starts the job, a reason (counted in ``throttled``) leaves it
+        queued and skips its kind for the rest of this take. If ``admit`` raises, the job
+        stays queued and the error propagates."""
+        self._promote(now_ms)
+        out: list[J] = []
+        refused: set[str] = set()
+        while len(out) < n:
+            job = self._next(refused, admit)
+            if job is None:
+                break
+            out.append(job)
+        return out
+
+    def _promote(self, now_ms: int) -> None:
+        while self._future and self._future[0][0] <= now_ms:
+            entry = heapq.heappop(self._future)
+            job = entry[2]
+            if self._live.get(job.job_id, (None,))[0] != entry[1]:
+                continue  # removed meanwhile
+            self._ready_ids.add(job.job_id)
+            self._ready[job.kind] += 1
+            lane = (job.kind, job.priority, job.key)
+            heapq.heappush(self._lanes.setdefault(lane, []), entry)
+            if lane in self._ringed:
+                continue
+            parked = None if job.key is None else self._parked.get((job.kind, job.key))
+            if parked is not None:
+                parked.add(job.priority)
+            else:
+                self._ring(lane)
+
+    def _ring(self, lane: Lane) -> None:
+        kind, prio, key = lane
+        keys = self._keys.get((prio, kind))
+        if keys is None:
+            keys = self._keys[(prio, kind)] = deque()
+            self._kinds[prio].append(kind)
+        keys.append(key)
+        self._ringed.add(lane)
+
+    def _unpark(self, kind_key: tuple[str, str]) -> None:
+        kind, key = kind_key
+        limit = self._key_limit.get(kind)
+        if kind_key not in self._parked or (limit is not None and self._running[kind_key] >= limit):
+            return
+        for prio in sorted(self._parked.pop(kind_key), reverse=True):
+            if (kind, prio, key) in self._lanes:
+                self._ring((kind, prio, key))
+
+    def _next(self, refused: set[str], admit: Callable[[J], str | None]) -> J | None:
+        for prio in range(9, -1, -1):
+            kinds = self._kinds[prio]
+            spins = len(kinds)
+            while spins > 0 and kinds:
+                kind = kinds[0]
+                if kind in refused:
+                    kinds.rotate(-1)
+                    spins -= 1
+                    continue
+                job = self._from_kind(prio, kind, refused, admit)
+                if (prio, kind) not in self._keys:
+                    kinds.popleft()  # no lane of this kind and priority is ringed any more
+                    spins -= 1
+                elif job is None:
+                    kinds.rotate(-1)  # refused
+                    spins -= 1
+                else:
+                    kinds.rotate(-1)  # its turn is over
+                if job is not None:
+                    return job
+        return None
+
+    def _from_kind(self, prio: int, kind: str, refused: set[str],
+                   admit: Callable[[J], str | None]) -> J | None:
+        keys = self._keys[(prio, kind)]
+        limit = self._key_limit.get(kind)
+        try:
+            while keys:
+                key = keys[0]
+                lane = (kind, prio, key)
+                heap = self._lanes[lane]
+                while heap and self._live.get(heap[0][2].job_id, (None,))[0] != heap[0][1]:
+                    heapq.heappop(heap)  # removed while queued
+                if not heap:
+                    keys.popleft()
+                    self._ringed.discard(lane)
+                    del self._lanes[lane]
+                    continue
+                if key is not None and limit is not None and self._running[(kind, key)] >= limit:
+                    keys.popleft()
+                    self._ringed.discard(lane)
+                    self._parked.setdefault((kind, key), set()).add(prio)
+                    self.throttled[(kind, "key")] += 1
+                    continue
+                job = heap[0][2]
+                reason = admit(job)
+                if reason is not None:
+                    refused.add(kind)
+                    self.throttled[(kind, reason)] += 1
+                    return None
+                heapq.heappop(heap)
+                del self._live[job.job_id]
+                self._ready_ids.discard(job.job_id)
+                self._ready[kind] -= 1
+                if key is not None:
+                    self._running[(kind, key)] += 1
+                keys.rotate(-1)  # this key's turn is over
+                return job
+            return None
+        finally:
+            if not keys:
+                del self._keys[(prio, kind)]

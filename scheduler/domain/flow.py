@@ -1,0 +1,284 @@
+"""Flow control, the pure rules: a kind's limits, the checks of a job's priority and key,
+and how a fleet-wide limit is split among the pollers. No I/O; the clock is passed in.
+
+A fleet-wide limit holds because every poller computes its part from the same snapshot of
+the demands the pollers publish (about once a second), and the parts sum to at most the
+limit. The split is max-min fair (water-filling), not proportional to demand: with a rate
+of 10/s, a poller holding 5 jobs of a small key and one holding a backlog of 10,000 get 5/s
+and 5/s, so the small key is not starved by where its shard happens to live. What the
+demanding pollers do not need is split equally among all of them, idle ones included, so a
+job arriving at an idle poller can start at once (a strictly proportional split would give
+an idle poller nothing, and its first job would wait for the next published demand).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from ..errors import InvalidInput
+from .model import check_kind
+
+MAX_KEY_BYTES = 256
+PRIORITIES = range(10)  # 0-9; 9 starts first
+DEFAULT_PRIORITY = 0
+# Larger is surely a typo (or an attempt to overflow something downstream).
+MAX_LIMIT = 1_000_000_000
+# A rate below one per day is surely a typo ("1/d" is not a unit, "0.00001/h" is).
+MIN_RATE_PER_S = 1 / 86_400
+RATE_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+_RATE_RE = re.compile(r"^\s*([^/\s]+)\s*/\s*([^/\s]*)\s*$")
+# ASCII only: float() would also take "1_000", "nan" and other scripts' digits.
+_NUMBER_RE = re.compile(r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$", re.ASCII)
+_COUNT_RE = re.compile(r"^\s*[0-9]{1,12}\s*$", re.ASCII)
+REASONS = ("paused", "concurrency", "rate")
+
+
+def _show(value: object) -> str:
+    """A value for an error message: repr, cut short (it may be hostile or huge)."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def parse_rate(text: object) -> float:
+    """``"N/s"``, ``"N/m"`` or ``"N/h"`` -> starts per second. Raises only InvalidInput."""
+    if not isinstance(text, str):
+        raise InvalidInput(f"rate {_show(text)} is not text: write N/s, N/m or N/h (e.g. 100/s)")
+    match = _RATE_RE.match(text[:100])
+    if match is None or len(text) > 100:
+        raise InvalidInput(f"rate {_show(text)} is not N/s, N/m or N/h: write e.g. 100/s or 30/m")
+    number, unit = match.groups()
+    if unit not in RATE_UNITS:
+        raise InvalidInput(f"rate {_show(text)} has the unknown unit {_show(unit)}: use s, m or h")
+    if not _NUMBER_RE.match(number):
+        raise InvalidInput(f"rate {_show(text)} does not start with a number: write e.g. 100/s")
+    count = float(number)
+    return check_rate(count / RATE_UNITS[unit] if math.isfinite(count) else count)
+
+
+def check_rate(rate_per_s: object) -> float:
+    """A rate per second, finite, between one a day and 1e9. Raises only InvalidInput."""
+    if isinstance(rate_per_s, bool) or not isinstance(rate_per_s, int | float):
+        raise InvalidInput(f"rate {_show(rate_per_s)} is not a number: write N/s, N/m or N/h")
+    rate = float(rate_per_s)
+    if not math.isfinite(rate):
+        raise InvalidInput(f"rate {_show(rate_per_s)} is not a finite number: write e.g. 100/s")
+    if rate <= 0:
+        raise InvalidInput(f"rate {rate:g}/s must be above 0: to stop a kind, use `kinds pause`")
+    if rate < MIN_RATE_PER_S:
+        raise InvalidInput(f"rate {rate:g}/s is below one a day: write at least 1/h")
+    if rate > MAX_LIMIT:
+        raise InvalidInput(f"rate {rate:g}/s is above {MAX_LIMIT:g}/s: omit --rate for no limit")
+    return rate
+
+
+def parse_count(name: str, value: object) -> int:
+    """``check_count`` that also takes the decimal text of a command line."""
+    if isinstance(value, str) and _COUNT_RE.match(value):
+        value = int(value)
+    return check_count(name, value)
+
+
+def check_count(name: str, value: object) -> int:
+    """A whole number 1..1e9 (an int; a bool is refused). Raises only InvalidInput."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(f"{name} {_show(value)} is not a whole number: give e.g. --{_flag(name)} 10")
+    if value < 1:
+        raise InvalidInput(f"{name} {value} must be at least 1: omit --{_flag(name)} for no limit")
+    if value > MAX_LIMIT:
+        raise InvalidInput(f"{name} {value} is above {MAX_LIMIT}: omit --{_flag(name)} for no limit")
+    return value
+
+
+def _flag(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def check_priority(priority: object) -> int:
+    """A job's priority: an int 0-9, 9 starts first (a bool is refused)."""
+    if isinstance(priority, bool) or not isinstance(priority, int) or priority not in PRIORITIES:
+        raise InvalidInput(f"priority {_show(priority)} is not a whole number 0-9 (9 starts first)")
+    return priority
+
+
+def parse_priority(text: object) -> int:
+    """A priority from a command line or a JSONL field: ``"0"``..``"9"`` or an int 0-9."""
+    if isinstance(text, str) and text.strip() in tuple("0123456789"):  # not isdigit(): ASCII only
+        text = int(text.strip())
+    return check_priority(text)
+
+
+def check_key(key: object) -> str:
+    """A job's fairness key: text of 1..256 UTF-8 bytes with no control characters."""
+    if not isinstance(key, str):
+        raise InvalidInput(f"key {_show(key)} is not text: give e.g. --key customer-42")
+    try:
+        size = len(key.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidInput(f"key {_show(key)} is not valid UTF-8 (a lone surrogate)") from None
+    if size == 0:
+        raise InvalidInput("key is empty: omit --key, or give e.g. --key customer-42")
+    if size > MAX_KEY_BYTES:
+        raise InvalidInput(f"key {_show(key)} is {size} bytes; the limit is {MAX_KEY_BYTES} (UTF-8)")
+    if any(unicodedata.category(c) == "Cc" for c in key):
+        raise InvalidInput(f"key {_show(key)} contains a control character: use printable text")
+    return key
+
+
+@dataclass(frozen=True)
+class Limits:
+    """One kind's flow limits; ``None`` is no limit. ``check`` raises only InvalidInput."""
+
+    kind: str
+    rate_per_s: float | None = None
+    burst: int | None = None
+    concurrency: int | None = None
+    per_key_concurrency: int | None = None
+    paused: bool = False
+
+    def check(self) -> Limits:
+        check_kind(self.kind)
+        if self.rate_per_s is not None:
+            check_rate(self.rate_per_s)
+        for name in ("burst", "concurrency", "per_key_concurrency"):
+            value = getattr(self, name)
+            if value is not None:
+                check_count(name, value)
+        if self.burst is not None and self.rate_per_s is None:
+            raise InvalidInput(f"burst {self.burst} needs a rate: give --rate too (e.g. --rate 100/s)")
+        if not isinstance(self.paused, bool):
+            raise InvalidInput(f"paused {_show(self.paused)} is not true or false")
+        return self
+
+    @property
+    def effective_burst(self) -> float:
+        """The fleet-wide burst: as set, else a tenth of a second's starts (at least 1)."""
+        if self.rate_per_s is None:
+            return 0.0
+        return float(self.burst) if self.burst is not None else max(1.0, math.ceil(self.rate_per_s / 10))
+
+    @property
+    def limited(self) -> bool:
+        return self.paused or any(
+            v is not None for v in (self.rate_per_s, self.concurrency, self.per_key_concurrency))
+
+    def to_json(self) -> dict[str, object]:
+        return {"kind": self.kind, "rate_per_s": self.rate_per_s, "burst": self.burst,
+                "concurrency": self.concurrency, "per_key_concurrency": self.per_key_concurrency,
+                "paused": self.paused}
+
+    @classmethod
+    def from_json(cls, obj: object) -> Limits:
+        """The inverse of ``to_json``; unknown keys and bad values raise InvalidInput."""
+        if not isinstance(obj, Mapping):
+            raise InvalidInput(f"limits {_show(obj)} are not a JSON object")
+        unknown = set(obj) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise InvalidInput(f"limits have unknown fields {sorted(map(str, unknown))}")
+        if "kind" not in obj:
+            raise InvalidInput("limits have no kind")
+        rate = obj.get("rate_per_s")
+        return cls(kind=obj["kind"], rate_per_s=float(rate) if isinstance(rate, int) and not
+                   isinstance(rate, bool) else rate, burst=obj.get("burst"),
+                   concurrency=obj.get("concurrency"), per_key_concurrency=obj.get("per_key_concurrency"),
+                   paused=obj.get("paused", False)).check()
+
+
+def limits_from(kind: object, rate: object = None, burst: object = None, concurrency: object = None,
+                per_key_concurrency: object = None, paused: bool = False) -> Limits:
+    """Checked limits from user input: ``rate`` as "N/s|N/m|N/h" text or a number per second,
+    the counts as ints or their decimal text. Raises only InvalidInput, naming the bad value."""
+    return Limits(
+        kind=check_kind(kind),
+        rate_per_s=None if rate is None else parse_rate(rate) if isinstance(rate, str) else check_rate(rate),
+        burst=None if burst is None else parse_count("burst", burst),
+        concurrency=None if concurrency is None else parse_count("concurrency", concurrency),
+        per_key_concurrency=(None if per_key_concurrency is None
+                             else parse_count("per_key_concurrency", per_key_concurrency)),
+        paused=paused,
+    ).check()
+
+
+# --- splitting a fleet-wide limit among the pollers --------------------------------------
+
+
+class Demand(NamedTuple):
+    """What one poller published for one kind: jobs due and waiting plus running, at ``at_ms``."""
+
+    poller: str
+    kind: str
+    demand: int
+    running: int
+    at_ms: int
+
+
+def fresh(entries: Iterable[Demand], now_ms: int, max_age_ms: int) -> list[Demand]:
+    """The entries at most ``max_age_ms`` from ``now_ms`` (either way: a poller whose clock is
+    far ahead must not live forever), the newest per (poller, kind). A killed poller drops
+    out once its last entry is stale; until then its part stays unused (the safe side)."""
+    newest: dict[tuple[str, str], Demand] = {}
+    for e in entries:
+        if abs(now_ms - e.at_ms) <= max_age_ms:
+            seen = newest.get((e.poller, e.kind))
+            if seen is None or e.at_ms > seen.at_ms:
+                newest[(e.poller, e.kind)] = e
+    return sorted(newest.values())
+
+
+def by_kind(entries: Iterable[Demand]) -> dict[str, dict[str, int]]:
+    """kind -> poller -> demand: the snapshot ``share`` and ``slots`` take."""
+    out: dict[str, dict[str, int]] = {}
+    for e in entries:
+        out.setdefault(e.kind, {})[e.poller] = max(0, e.demand)
+    return out
+
+
+def share(total: float, demands: Mapping[str, int], me: str) -> float:
+    """My part of a fleet-wide quantity (a rate): max-min fair on the demands, the rest
+    split equally among all pollers of the snapshot. The parts sum to ``total`` (within
+    float rounding) over the pollers of ``demands``; a poller not in it gets 0 (the others
+    do not count it). Deterministic: every poller computes the same split."""
+    if me not in demands or total <= 0:
+        return 0.0
+    need = sorted((max(0, d), name) for name, d in demands.items())
+    remaining, left = float(total), len(need)
+    part: dict[str, float] = {}
+    for d, name in need:
+        level = remaining / left
+        part[name] = min(float(d), level)
+        remaining -= part[name]
+        left -= 1
+    # What is left when every demand is met (remaining > 0) is split equally.
+    return part[me] + max(0.0, remaining) / len(need)
+
+
+def slots(total: int, demands: Mapping[str, int], me: str) -> int:
+    """My part of a fleet-wide count (concurrency): max-min fair in whole slots, the extra
+    slots to the largest demands first (ties by poller name), so every poller computes the
+    same split and the parts sum to exactly ``total`` over the pollers of ``demands``
+    (0 for a poller not in it). When ``total`` is below the number of demanding pollers, the
+    largest demands get the slots."""
+    if me not in demands or total <= 0:
+        return 0
+    want = {name: max(0, d) for name, d in demands.items()}
+    if sum(want.values()) <= total:
+        base, spare = dict(want), total - sum(want.values())
+        order = sorted(want, key=lambda n: (-want[n], n))
+        even, extra = divmod(spare, len(order))
+        return base[me] + even + (1 if order.index(me) < extra else 0)
+    # The highest level L at which sum(min(d, L)) <= total, found by bisection.
+    lo, hi = 0, max(want.values())
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if sum(min(d, mid) for d in want.values()) <= total:
+            lo = mid
+        else:
+            hi = mid - 1
+    base = {name: min(d, lo) for name, d in want.items()}
+    extra = total - sum(base.values())
+    above = sorted((n for n in want if want[n] > lo), key=lambda n: (-want[n], n))
+    return base[me] + (1 if me in above[:extra] else 0)
