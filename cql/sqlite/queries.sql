@@ -167,3 +167,40 @@ DELETE FROM notify_endpoints WHERE owner = ?;
 
 -- name: select_notify_endpoints
 SELECT owner, address FROM notify_endpoints WHERE expires_ms > ?;
+
+-- Flow control (v006). NULL in a limit's parameter keeps the stored value.
+-- name: set_flow_limits
+INSERT INTO flow_limits (kind, rate_per_s, burst, concurrency, per_key_concurrency, paused, updated_ms)
+VALUES (?, ?, ?, ?, ?, 0, ?)
+ON CONFLICT (kind) DO UPDATE SET
+    rate_per_s = coalesce(excluded.rate_per_s, rate_per_s),
+    burst = coalesce(excluded.burst, burst),
+    concurrency = coalesce(excluded.concurrency, concurrency),
+    per_key_concurrency = coalesce(excluded.per_key_concurrency, per_key_concurrency),
+    updated_ms = excluded.updated_ms;
+
+-- name: set_flow_paused
+INSERT INTO flow_limits (kind, paused, updated_ms) VALUES (?, ?, ?)
+ON CONFLICT (kind) DO UPDATE SET paused = excluded.paused, updated_ms = excluded.updated_ms;
+
+-- name: clear_flow_limits
+UPDATE flow_limits SET rate_per_s = NULL, burst = NULL, concurrency = NULL, per_key_concurrency = NULL
+WHERE kind = ?;
+
+-- name: delete_empty_flow_limits
+-- A row with no limit and no pause is the same as none: drop it (Cassandra's readers skip it).
+DELETE FROM flow_limits WHERE kind = ? AND paused = 0 AND rate_per_s IS NULL AND burst IS NULL
+    AND concurrency IS NULL AND per_key_concurrency IS NULL;
+
+-- name: select_flow_limits
+SELECT kind, rate_per_s, burst, concurrency, per_key_concurrency, paused, updated_ms
+FROM flow_limits ORDER BY kind;
+
+-- name: upsert_flow_demand
+INSERT OR REPLACE INTO flow_demand (poller, kind, demand, running, at_ms) VALUES (?, ?, ?, ?, ?);
+
+-- name: purge_flow_demand
+DELETE FROM flow_demand WHERE at_ms < ?;
+
+-- name: select_flow_demand
+SELECT poller, kind, demand, running, at_ms FROM flow_demand WHERE at_ms >= ? ORDER BY poller, kind;

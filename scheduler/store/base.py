@@ -21,10 +21,11 @@ from ..domain.model import Job, Status
 from ..domain.progress import Checkpoint, Key
 from ..domain.retention import DEFAULT_DEAD_RETENTION_S, DEFAULT_RETENTION_S, Retention
 from ..errors import SchemaError
+from .flow import FlowTables
 from .history import Replay
 from .schedules import ScheduleRows
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # A producer pushes a job's fire time to at least now + late margin, so it lands
 # ahead of any poller's read cursor: a poller reads at most late_margin - 2 * max_skew
@@ -125,9 +126,10 @@ def with_fired(rows: dict[str, Job], fired: dict[str, int]) -> dict[str, Job]:
     return rows
 
 
-class Store(ScheduleRows, ABC):
+class Store(ScheduleRows, FlowTables, ABC):
     """What the library needs from a store (the recurring schedules' rows: see
-    ``ScheduleRows``). Implementations are thread-safe."""
+    ``ScheduleRows``; flow control's limits and demand: see ``FlowTables``).
+    Implementations are thread-safe."""
 
     url: str
 

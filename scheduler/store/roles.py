@@ -21,6 +21,8 @@ The roles, and who uses them:
 - ``Checkpoints``: where each shard and poller stands, read-only (views, the nudger).
 - ``DeadLetters``: dead letters, their replays (the client, the console).
 - ``Schedules``: recurring schedules' rows (the client, the poller's gate, chains).
+- ``Flow``: flow control's limits and pauses per kind, and the pollers' demand (the
+  CLI's ``limits`` and ``kinds``, the poller's flow control, the console).
 - ``Schema``: creating and upgrading the schema (``schema apply``, the demo).
 - ``Connection``: the store's URL, closing it, the asyncio door (the client).
 """
@@ -44,6 +46,7 @@ from .base import (
     ShardCheckpoint,
     StoreMeta,
 )
+from .flow import Demand, FlowRow
 from .history import Replay
 
 __all__ = [
@@ -55,6 +58,7 @@ __all__ = [
     "DeadLetters",
     "ExporterReads",
     "Firing",
+    "Flow",
     "JobReads",
     "JobWrites",
     "Meta",
@@ -158,6 +162,18 @@ class Schedules(Protocol):
     def skipped(self, schedule_id: str) -> int: ...
 
 
+class Flow(Protocol):
+    """Flow control: per-kind limits and pauses, and each poller's published demand."""
+
+    def set_limits(self, kind: str, rate_per_s: float | None, burst: int | None,
+                   concurrency: int | None, per_key_concurrency: int | None, now_ms: int) -> None: ...
+    def set_paused(self, kind: str, paused: bool, now_ms: int) -> None: ...
+    def clear_limits(self, kind: str) -> None: ...
+    def flow_limits(self) -> list[FlowRow]: ...
+    def publish_demand(self, poller: str, entries: Sequence[tuple[str, int, int]], now_ms: int) -> None: ...
+    def demands(self, now_ms: int, max_age_ms: int) -> list[Demand]: ...
+
+
 class Schema(Protocol):
     """Creating or upgrading the schema."""
 
@@ -175,7 +191,7 @@ class Connection(Protocol):
 
 # Every role, for the test that checks the cut covers ``Store``.
 ROLES: tuple[type, ...] = (Meta, JobReads, JobWrites, BucketReads, Firing, Ownership, Checkpoints,
-                           DeadLetters, Schedules, Schema, Connection)
+                           DeadLetters, Schedules, Flow, Schema, Connection)
 
 
 # --- intersections the read-only views use (scheduler.observe) ---------------------------

@@ -24,6 +24,7 @@ from scheduler.store.roles import (
     DeadLetters,
     ExporterReads,
     Firing,
+    Flow,
     JobReads,
     JobWrites,
     Meta,
@@ -53,6 +54,7 @@ def _statically(sq: SqliteStore, cs: CassandraStore, store: Store) -> None:
         checkpoints: Checkpoints = s
         dead_letters: DeadLetters = s
         schedules: Schedules = s
+        flow: Flow = s
         schema: Schema = s
         connection: Connection = s
         timed: TimedReads = s
@@ -64,7 +66,7 @@ def _statically(sq: SqliteStore, cs: CassandraStore, store: Store) -> None:
         poller: PollerStore = s
         reader: ReaderStore = s
         del (meta, job_reads, job_writes, bucket_reads, firing, ownership, checkpoints, dead_letters,
-             schedules, schema, connection, timed, shard_reads, row_reads, audit_reads, schedule_reads,
+             schedules, flow, schema, connection, timed, shard_reads, row_reads, audit_reads, schedule_reads,
              exporter_reads, poller, reader)
 
 

@@ -35,6 +35,7 @@ from .bind import FastBinder, bucket_writes
 from .conf import READ_GROUP, CassandraUrl, dt_ms, prepare_failed, translate
 from .connect import connect
 from .fire import BATCH_ROWS, CassandraFiring, host_ms
+from .flow import CassandraFlow
 from .owner import CassandraOwnership
 from .replays import CassandraReplays
 from .run import Batch, CassandraAsync, CqlSteps, Many, dual
@@ -47,7 +48,7 @@ BATCH_BYTES = 4096
 
 
 class CassandraStore(CassandraAsync, CassandraSchema, CassandraFiring, CassandraOwnership,
-                     CassandraReplays, CassandraSchedules, Store):
+                     CassandraReplays, CassandraSchedules, CassandraFlow, Store):
     def __init__(self, url: str, *, concurrency: int = 128, request_timeout_s: float = 10.0,
                  connect_timeout_s: float = 5.0, security: CassandraSecurity | None = None) -> None:
         """Connect. ``security``: credentials and TLS, as the caller read them (default: none;

@@ -43,6 +43,7 @@ from ..rows import (
     retention_changes,
     retention_of,
 )
+from .flow import SqliteFlow
 from .replays import SqliteReplays
 from .schedules import SqliteSchedules
 
@@ -60,7 +61,7 @@ def _q(name: str) -> str:
     return queries.named("sqlite/queries.sql")[name]
 
 
-class SqliteStore(SqliteReplays, SqliteSchedules, Store):
+class SqliteStore(SqliteReplays, SqliteSchedules, SqliteFlow, Store):
     def __init__(self, path: str, url: str | None = None, *, create: bool = True) -> None:
         """Open the database file at ``path``, creating it when ``create`` (``schema
         apply``); without ``create`` a missing file is ``StoreUnavailable`` and no file

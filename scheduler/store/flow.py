@@ -1,0 +1,196 @@
+"""The storage interface's part for flow control (``Store`` inherits it): the limits
+and pauses an operator sets per kind (``flow_limits``), and the demand each poller
+publishes per kind (``flow_demand``), which a fleet reads to split a kind's budget.
+
+Semantics, the same in both stores:
+
+- ``set_limits`` writes only the fields it is given (None: keep the stored value), and
+  never touches the pause: ``limits set KIND --rate 5/s`` after ``--concurrency 3`` keeps
+  the concurrency. A call that gives no field writes nothing.
+- ``clear_limits`` removes the four limits and keeps the pause: ``limits clear`` and
+  ``kinds pause/resume`` are separate controls, so clearing a paused kind's limits
+  never fires its held jobs.
+- ``flow_limits`` lists only kinds with a limit or a pause: a row with neither (cleared
+  and resumed) is the same as no row.
+- ``publish_demand`` upserts one row per (poller, kind); a kind the poller stops
+  publishing ages out (Cassandra: a TTL of ``DEMAND_TTL_S``; SQLite: readers drop it by
+  ``at_ms`` and the next publish purges it). ``demands`` returns the rows at most
+  ``max_age_ms`` old.
+
+Inputs are checked here before anything is written (``InvalidInput``): callers
+validate user text first, but a store must never write a value it cannot read back.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from ..domain.model import check_kind
+from ..errors import InvalidInput
+
+# A published demand row lives this long unless written again: a poller publishes
+# every ~1 s, so a killed poller's share is gone from every reader within 10 s.
+DEMAND_TTL_S = 10
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+MAX_POLLER_BYTES = 256
+LIMIT_FIELDS = ("rate_per_s", "burst", "concurrency", "per_key_concurrency")
+
+
+@dataclass(frozen=True)
+class FlowRow:
+    """One kind's limits and pause. None: no such limit."""
+
+    kind: str
+    rate_per_s: float | None = None
+    burst: int | None = None
+    concurrency: int | None = None
+    per_key_concurrency: int | None = None
+    paused: bool = False
+    updated_ms: int | None = None
+
+    @property
+    def empty(self) -> bool:
+        """No limit and no pause: the same as no row."""
+        return not self.paused and all(getattr(self, f) is None for f in LIMIT_FIELDS)
+
+
+class Demand(NamedTuple):
+    """What one poller last said about one kind: jobs due and waiting, handlers running."""
+
+    poller: str
+    kind: str
+    demand: int
+    running: int
+    at_ms: int
+
+
+def _int(name: str, value: object, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidInput(f"{name} must be an integer from {low} to {high}, got {value!r}")
+    return value
+
+
+def check_limits(kind: object, rate_per_s: object, burst: object, concurrency: object,
+                 per_key_concurrency: object, now_ms: object) -> dict[str, Any]:
+    """The limit fields given (not None), checked: ``InvalidInput`` for a bad kind, a
+    rate that is not a finite number above 0, or a count outside 1..2^31-1."""
+    check_kind(kind)
+    _int("now_ms", now_ms, 0, INT64_MAX)
+    given: dict[str, Any] = {}
+    if rate_per_s is not None:
+        if (isinstance(rate_per_s, bool) or not isinstance(rate_per_s, int | float)
+                or not math.isfinite(rate_per_s) or rate_per_s <= 0):
+            raise InvalidInput(f"rate_per_s must be a finite number above 0, got {rate_per_s!r}")
+        given["rate_per_s"] = float(rate_per_s)
+    for name, value in (("burst", burst), ("concurrency", concurrency),
+                        ("per_key_concurrency", per_key_concurrency)):
+        if value is not None:
+            given[name] = _int(name, value, 1, INT32_MAX)
+    return given
+
+
+def check_pause(kind: object, paused: object, now_ms: object) -> bool:
+    """``paused``, checked with the kind and the time: ``InvalidInput`` else."""
+    check_kind(kind)
+    _int("now_ms", now_ms, 0, INT64_MAX)
+    if not isinstance(paused, bool):
+        raise InvalidInput(f"paused must be True or False, got {paused!r}")
+    return paused
+
+
+def check_poller(poller: object) -> str:
+    if not isinstance(poller, str) or not poller:
+        raise InvalidInput("poller name must be a non-empty string")
+    try:
+        size = len(poller.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidInput("poller name must be valid UTF-8 (it contains a lone surrogate)") from None
+    if size > MAX_POLLER_BYTES:
+        raise InvalidInput(f"poller name is {size} bytes; the limit is {MAX_POLLER_BYTES}")
+    return poller
+
+
+def check_demand(poller: object, entries: object, now_ms: object) -> list[tuple[str, int, int]]:
+    """``entries`` as ``(kind, demand, running)`` tuples, checked: ``InvalidInput`` for a
+    bad poller name or kind, a negative or oversized count, or a kind given twice."""
+    check_poller(poller)
+    _int("now_ms", now_ms, 0, INT64_MAX)
+    if isinstance(entries, str | bytes) or not isinstance(entries, Sequence):
+        raise InvalidInput("demand entries must be a sequence of (kind, demand, running)")
+    out: list[tuple[str, int, int]] = []
+    seen: set[str] = set()
+    for entry in entries:
+        if not isinstance(entry, tuple | list) or len(entry) != 3:
+            raise InvalidInput(f"a demand entry must be (kind, demand, running), got {entry!r}")
+        kind, demand, running = entry
+        check_kind(kind)
+        if kind in seen:
+            raise InvalidInput(f"kind {kind!r} is given twice in one demand report")
+        seen.add(kind)
+        out.append((kind, _int("demand", demand, 0, INT64_MAX), _int("running", running, 0, INT32_MAX)))
+    return out
+
+
+def check_age(now_ms: object, max_age_ms: object) -> int:
+    """The oldest ``at_ms`` a reader keeps."""
+    return _int("now_ms", now_ms, 0, INT64_MAX) - _int("max_age_ms", max_age_ms, 0, INT64_MAX)
+
+
+def flow_rows(rows: Sequence[Sequence[Any]]) -> list[FlowRow]:
+    """``(kind, rate, burst, concurrency, per_key, paused, updated_ms)`` rows as FlowRows,
+    by kind, without the empty ones (see ``FlowRow.empty``)."""
+    out = [FlowRow(str(k), None if r is None else float(r), None if b is None else int(b),
+                   None if c is None else int(c), None if p is None else int(p), bool(z),
+                   None if u is None else int(u))
+           for k, r, b, c, p, z, u in rows]
+    return sorted((f for f in out if not f.empty), key=lambda f: f.kind)
+
+
+def fresh(rows: Sequence[Sequence[Any]], oldest_ms: int) -> list[Demand]:
+    """``(poller, kind, demand, running, at_ms)`` rows at least as new as ``oldest_ms``,
+    by poller and kind."""
+    out = [Demand(str(p), str(k), int(d), int(r), int(a)) for p, k, d, r, a in rows
+           if a is not None and int(a) >= oldest_ms]
+    return sorted(out, key=lambda d: (d.poller, d.kind))
+
+
+class FlowTables(ABC):
+    """Flow control's rows: limits and pauses per kind, and the pollers' demand. A store
+    older than v006 raises ``SchemaError`` for each, and writes nothing."""
+
+    @abstractmethod
+    def set_limits(self, kind: str, rate_per_s: float | None, burst: int | None,
+                   concurrency: int | None, per_key_concurrency: int | None, now_ms: int) -> None:
+        """Set the limit fields given (None: keep the stored one), keeping the pause;
+        atomic (one single-partition batch in Cassandra, one transaction in SQLite).
+        ``InvalidInput`` for a bad value: nothing is written."""
+
+    @abstractmethod
+    def set_paused(self, kind: str, paused: bool, now_ms: int) -> None:
+        """Pause or resume ``kind``, keeping its limits. Idempotent."""
+
+    @abstractmethod
+    def clear_limits(self, kind: str) -> None:
+        """Remove ``kind``'s four limits, keeping its pause. Idempotent."""
+
+    @abstractmethod
+    def flow_limits(self) -> list[FlowRow]:
+        """Every kind with a limit or a pause, by kind: one read (Cassandra: one
+        partition), cheap enough for every poller to call each second."""
+
+    @abstractmethod
+    def publish_demand(self, poller: str, entries: Sequence[tuple[str, int, int]], now_ms: int) -> None:
+        """Record ``(kind, demand, running)`` for each entry as ``poller``'s latest, at
+        ``now_ms``. Idempotent; ``InvalidInput`` for a bad entry, and nothing is written.
+        A failure part-way (Cassandra, more than one batch) leaves some kinds updated:
+        each row stands alone, and the next publish rewrites them all."""
+
+    @abstractmethod
+    def demands(self, now_ms: int, max_age_ms: int) -> list[Demand]:
+        """Every poller's rows published at most ``max_age_ms`` before ``now_ms``, by
+        poller and kind: one read."""
