@@ -233,7 +233,8 @@ class FairQueue(Generic[J]):
         """Up to ``n`` jobs due at ``now_ms`` to start now, in order. ``admit(job)`` is the
         kind's gate: None starts the job, a reason (counted in ``throttled``) leaves it
         queued and skips its kind for the rest of this take. If ``admit`` raises, the job
-        stays queued and the error propagates."""
+        stays queued and the error propagates. Every job returned counts against its key
+        until it is passed to ``finished`` (started or not)."""
         self._promote(now_ms)
         out: list[J] = []
         refused: set[str] = set()

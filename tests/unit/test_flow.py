@@ -235,6 +235,9 @@ def test_gate_update_mints_no_tokens():
     clock.now = 0.05  # 5 tokens at 100/s
     gate.update(Limits("k", rate_per_s=100.0, burst=10), rate_share=20.0)  # capped at burst 2
     assert sum(gate.try_start() is None for _ in range(20)) == 2
+    clock.now = 0.1  # one token at 20/s, carried into a larger bucket as one
+    gate.update(Limits("k", rate_per_s=100.0, burst=10), rate_share=100.0)
+    assert sum(gate.try_start() is None for _ in range(20)) == 1
     gate.update(Limits("k", rate_per_s=100.0, burst=10), rate_share=0.0)
     clock.now = 10.0
     assert gate.try_start() == "rate"
