@@ -35,7 +35,8 @@ _RATE_RE = re.compile(r"^\s*([^/\s]+)\s*/\s*([^/\s]*)\s*$")
 # ASCII only: float() would also take "1_000", "nan" and other scripts' digits.
 _NUMBER_RE = re.compile(r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$", re.ASCII)
 _COUNT_RE = re.compile(r"^\s*[0-9]{1,12}\s*$", re.ASCII)
-REASONS = ("paused", "concurrency", "rate")
+# Why a start was refused: by the kind's gate (pause, concurrency, rate) or the key's limit.
+REASONS = ("paused", "concurrency", "rate", "key")
 
 
 def _show(value: object) -> str:
