@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-# Rows per job, from the code (scheduler/store/cassandra.py, cfire.py): the producer
+# Rows per job, from the code (scheduler/store/cassandra/store.py, fire.py): the producer
 # writes the bucket row and the lookup row; the poller reads the bucket row (one range
 # read per shard and poll) and marks it fired (one single-partition batch per shard and
 # recorder flush). LWTs: one per shard claim and per checkpoint save, none per job.

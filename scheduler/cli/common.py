@@ -1,6 +1,6 @@
 """What every ``scheduler`` command shares: the Typer app and its groups, the common
 options, and the one way to print results and errors. Imported by ``cli``,
-``cli_admin`` and ``cli_ops``; imports none of them.
+``admin`` and ``ops``; imports none of them.
 
 The error contract (docs/CLI.md, "Exit codes") is kept here, for every command at once:
 ``ContractGroup`` runs the command line and turns whatever escapes a command into its
@@ -119,7 +119,8 @@ def version() -> str:
 
 app = typer.Typer(cls=ContractGroup, add_completion=False, no_args_is_help=True,
                   pretty_exceptions_enable=False,
-                  help="A durable scheduler for future one-shot and recurring jobs. Exit codes: docs/CLI.md.")
+                  help="A durable scheduler for future one-shot and recurring jobs. Exit codes: 0 done, "
+                       "1 error (one line says what to do), 2 usage; the docs' CLI reference lists them all.")
 
 
 def _print_version(value: bool) -> None:

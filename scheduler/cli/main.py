@@ -1,7 +1,7 @@
 """The ``scheduler`` command: parse, call the library, print. Nothing else lives here.
 
 Every view takes ``--json``. Exit codes and what reaches stdout and stderr: the table in
-docs/CLI.md, kept for every command by ``cli_common.ContractGroup``.
+docs/CLI.md, kept for every command by ``common.ContractGroup``.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ State, for one shard:
 - ``read_bucket`` / ``read_cursor``: where the next read starts (strictly after the
   cursor). Buckets before ``read_bucket`` are *closed*: fully read by a read issued when
   the bucket was already in the past, so no write can land in them any more (see the
-  late-write rule in ``scheduler.producer.producer.client``).
+  late-write rule in ``scheduler.producer.producer``).
 - ``done_cursor``: inside bucket ``drained + width``, every row up to this key is
   complete. It is saved with the checkpoint, so a new owner resumes there and re-fires at
   most the rows that were in flight.

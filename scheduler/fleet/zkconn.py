@@ -12,7 +12,7 @@ from ..diagnose import explain_zookeeper
 from ..errors import ConfigError, SchedulerError, StoreUnavailable
 from ..security import ZkSecurity, is_loopback
 
-log = logging.getLogger("scheduler.runtime.member.coord")
+log = logging.getLogger("scheduler.coord")
 
 RECONNECT = {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 1.0}
 

@@ -30,7 +30,7 @@ from ..errors import ConfigError, StoreUnavailable
 from ..security import ZkSecurity
 from .zkconn import RECONNECT, heal_acls, kazoo_client, zk_unreachable
 
-log = logging.getLogger("scheduler.runtime.member.coord")
+log = logging.getLogger("scheduler.coord")
 
 
 # The ZooKeeper session timeout, seconds, unless told otherwise (``--session-timeout``).

@@ -29,7 +29,7 @@ from .audit import AuditReport, audit, last_closed_hour
 from .lag import ShardLag, lag_report
 from .metrics import add_process_metrics
 
-log = logging.getLogger("scheduler.observe.lag.exporter")
+log = logging.getLogger("scheduler.exporter")
 
 
 class LagExporter:

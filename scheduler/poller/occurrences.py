@@ -54,7 +54,7 @@ SCHEDULE_CACHE_S = 120.0
 SCHEDULE_CACHE_MAX = 100_000
 # A decision of ``pregate`` is used by a worker this long after its read began (real
 # time); older, the worker reads again (its chunk waited behind slow handlers). A
-# schedule change waits this long before it returns (recurring/api.py), so no decision
+# schedule change waits this long before it returns (producer/recurring.py), so no decision
 # made before the change is used after it returned.
 PREGATE_FRESH_S = chain.DECISION_FRESH_S
 DECIDED_MAX = 10_000

@@ -2,7 +2,7 @@
 aiohttp, Starlette).
 
 The same operations, errors and guarantees as ``Client``, from the same rules
-(``scheduler.producer.producer.producer``); only the I/O differs. On Cassandra every statement is sent
+(``scheduler.producer.producer``); only the I/O differs. On Cassandra every statement is sent
 with the driver's ``execute_async`` and awaited, so no call blocks the event loop and
 no thread is started per call; retries wait with ``asyncio.sleep``. On the embedded
 store each call is a local SQLite transaction, run inline.
@@ -170,7 +170,7 @@ class AsyncClient(ClientBase):
 
 
 class AsyncRecurring:
-    """``AsyncClient.recurring``: see ``scheduler.producer.producer.recurring.Recurring`` for each
+    """``AsyncClient.recurring``: see ``scheduler.producer.recurring.Recurring`` for each
     operation's contract."""
 
     def __init__(self, client: AsyncClient) -> None:

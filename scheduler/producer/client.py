@@ -1,7 +1,7 @@
 """The producer client library: the only writer of jobs.
 
-``Client`` is synchronous and thread-safe; ``AsyncClient`` (``scheduler.producer.producer.aclient``) is
-its asyncio twin. Both drive the same rules, in ``scheduler.producer.producer.producer`` (placement, the
+``Client`` is synchronous and thread-safe; ``AsyncClient`` (``scheduler.producer.aclient``) is
+its asyncio twin. Both drive the same rules, in ``scheduler.producer.producer`` (placement, the
 late-write rule, layout marks, retries); this module only performs their I/O. One
 store (so one Cassandra ``Cluster``) per client, and one client per process is the
 intended use.

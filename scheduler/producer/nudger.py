@@ -28,7 +28,7 @@ from ..domain.model import Job, Status
 from ..errors import SchedulerError
 from .wire import Entry, encode, parse_address
 
-log = logging.getLogger("scheduler.producer.producer.client")
+log = logging.getLogger("scheduler.client")
 
 OWNERS_TTL_S = 2.0
 # Rows nudged: those placed up to this far beyond ``now + late margin`` (the late-write

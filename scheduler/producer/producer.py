@@ -53,7 +53,7 @@ from ..store.base import DeadLetter
 from . import repair
 from .nudger import Nudger
 
-log = logging.getLogger("scheduler.producer.producer.client")
+log = logging.getLogger("scheduler.client")
 
 MAX_JITTER_S = 86_400
 # schedule_many works in chunks so a million-job load holds a bounded number in memory.

@@ -29,7 +29,7 @@ from ..errors import SchedulerError
 from ..store import StoreMeta
 from .nudger import NUDGE_AHEAD_MS, Nudger
 
-log = logging.getLogger("scheduler.producer.producer.client")
+log = logging.getLogger("scheduler.client")
 
 # Rounds at most (each only for jobs whose own move was slow).
 ROUNDS = 5

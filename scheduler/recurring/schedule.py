@@ -29,7 +29,7 @@ MAX_SCHEDULE_ID_BYTES = 200  # the occurrence id adds at most 56 bytes to reach 
 DEFAULT_CATCHUP_WINDOW_S = 3600
 MAX_JITTER_S = 3600
 # How much earlier than an occurrence's earliest possible change its blind writes are
-# dated (``recurring.writes.write``; the store dates none later than its host's clock
+# dated (``producer.occurrences.write``; the store dates none later than its host's clock
 # less this): more than any clock skew the fleet tolerates.
 WRITE_TIME_SLACK_MS = 60_000
 

@@ -39,7 +39,7 @@ from ..fleet.coord import Coordinator
 from ..observe.faults import FaultLog
 from ..poller import Poller, ShardState
 
-log = logging.getLogger("scheduler.runtime.member")
+log = logging.getLogger("scheduler.fleet")
 
 
 # A member back from a store outage waits this long before it takes shards, so that

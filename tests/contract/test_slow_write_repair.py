@@ -43,7 +43,7 @@ def test_a_slow_write_moves_every_job_once_in_one_round(pstore, clock, monkeypat
     client = Client(pstore, clock=clock)
     slow(pstore, clock, monkeypatch, "insert_many", [2.0])
     moves = slow(pstore, clock, monkeypatch, "move_many", [])
-    with caplog.at_level(logging.WARNING, logger="scheduler.producer.client"):
+    with caplog.at_level(logging.WARNING, logger="scheduler.client"):
         jobs = client.schedule_many(due_now(50))
     assert len(moves) == 1 and len(moves[0][0]) == 50, "one round, every job once"
     ack = clock.now_ms()

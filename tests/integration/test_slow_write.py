@@ -42,7 +42,7 @@ def test_a_slow_write_is_repaired_without_duplicates(cassandra_keyspace, tmp_pat
         now = datetime.now(UTC)
         client.schedule("warm-up", now + timedelta(minutes=5), "record")  # connected, marks written
         proxy.delay_s = DELAY_S
-        with caplog.at_level(logging.WARNING, logger="scheduler.producer.client"):
+        with caplog.at_level(logging.WARNING, logger="scheduler.client"):
             jobs = client.schedule_many([JobSpec(f"slow{i}", now + timedelta(milliseconds=20 * i), "record")
                                          for i in range(50)])
         proxy.delay_s = 0.0

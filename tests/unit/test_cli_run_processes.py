@@ -1,5 +1,5 @@
 """``scheduler run --processes N`` gives each member the options of its own command line,
-rebuilt from what was parsed (``cli_common.given_options``), whatever ``sys.argv`` holds:
+rebuilt from what was parsed (``cli.common.given_options``), whatever ``sys.argv`` holds:
 a program named ``run``, a program that calls the CLI with arguments of its own, an
 option whose value is ``run`` or starts with ``--``. In-process, the supervisor replaced:
 no servers, no child processes."""

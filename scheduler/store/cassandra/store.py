@@ -88,7 +88,7 @@ class CassandraStore(CassandraAsync, CassandraSchema, CassandraFiring, Cassandra
                     # frozen process resumes): a typed error the caller retries.
                     raise prepare_failed(exc, name) from exc
                 # Everything but a lightweight transaction or a counter is an upsert or
-                # a delete of fixed values: safe to send twice (see cpolicy).
+                # a delete of fixed values: safe to send twice (see policy.py).
                 stmt.is_idempotent = " IF " not in text.upper() and name not in NOT_IDEMPOTENT
                 self._prepared[name] = stmt
         return stmt
