@@ -1,7 +1,9 @@
 """docs/operations.md agrees with the code: its metrics table lists exactly the series the
 pollers and the exporter can serve (names as exposed, counters with ``_total``, and their
 labels), and its Prometheus scrape configuration is one Prometheus accepts, with the job
-name the alert rules select on."""
+name the alert rules select on. Every other page and the README name only metrics the code
+registers, as exposed: a name copied without its ``_total`` is a query that finds
+nothing."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, cast
 
+import pytest
 import yaml
 
 from scheduler.domain.clock import FakeClock
@@ -22,6 +25,15 @@ from scheduler.observe.metrics import PollerMetrics
 ROOT = Path(__file__).parents[2]
 DOC = ROOT / "docs" / "operations.md"
 PROM = ROOT / "ops" / "prometheus"
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# Anything shaped like one of our metric names; a trailing * makes it a family prefix
+# (`scheduler_audit_*`). Lowercase only: SCHEDULER_* settings are not metrics.
+METRIC_TOKEN = re.compile(r"\bscheduler_[a-z_]+\*?")
+# Tokens of that shape in the docs that are not metric names, each with the reason. Empty
+# today; add one here rather than weakening the scan.
+NOT_METRICS: dict[str, str] = {}
+# The series Prometheus derives from a histogram family.
+HISTOGRAM_SUFFIXES = ("_bucket", "_count", "_sum")
 ROW = re.compile(r"^\| `([a-z_]+)` \| (counter|gauge|histogram|info) \| ([^|]*) \| ([^|]*) \|")
 
 
@@ -98,3 +110,37 @@ def test_promtool_accepts_the_documented_configuration(tmp_path: Path, promtool:
     res = subprocess.run([promtool, "check", "config", "prometheus.yml"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def unknown_metric_names(text: str, code: dict[str, tuple[str, frozenset[str]]]) -> list[str]:
+    """Every metric-shaped token of ``text`` that names nothing ``code`` registers: not a
+    name as exposed, not a histogram's ``_bucket``/``_count``/``_sum`` series, and (for a
+    ``prefix_*`` token) not the prefix of any registered name."""
+    bad = []
+    for token in METRIC_TOKEN.findall(text):
+        if token in NOT_METRICS or token in code:
+            continue
+        if token.endswith("*"):
+            if any(name.startswith(token[:-1]) for name in code):
+                continue
+        elif any(token == base + suffix and code[base][0] == "histogram"
+                 for base in code for suffix in HISTOGRAM_SUFFIXES):
+            continue
+        bad.append(token)
+    return sorted(set(bad))
+
+
+@pytest.mark.parametrize("path", PAGES, ids=lambda p: p.name)
+def test_every_page_names_only_registered_metrics(path: Path):
+    assert unknown_metric_names(path.read_text(encoding="utf-8"), registered()) == []
+
+
+def test_the_page_scan_finds_a_name_the_code_does_not_serve():
+    code = registered()
+    text = ("`scheduler_handler_timeouts{kind}` `scheduler_handler_timeouts_total{kind}` "
+            "`scheduler_fire_lateness_seconds_bucket` `scheduler_poll_duration_seconds_count` "
+            "`scheduler_jobs_fired_total_sum` `scheduler_audit_*` `scheduler_nothing_*` "
+            "SCHEDULER_METRICS_ADDRESS")
+    assert unknown_metric_names(text, code) == [
+        "scheduler_handler_timeouts", "scheduler_jobs_fired_total_sum", "scheduler_nothing_*"]
+    assert len(PAGES) > 10
