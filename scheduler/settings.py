@@ -33,8 +33,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .domain.address import ADDRESS_FORM, parse_address
 from .domain.model import DEFAULT_MAX_PAYLOAD_BYTES
-from .errors import ConfigError
+from .errors import ConfigError, InvalidInput
 from .security import CassandraSecurity, Secret, TlsConfig, ZkSecurity
 
 
@@ -159,6 +160,26 @@ def _off(value: str) -> str | None:
     return None if value.strip().lower() in ("off", "no", "false", "0") else value
 
 
+def _address(env: Mapping[str, str], name: str, default: str) -> str | None:
+    """``name``'s ``HOST:PORT``, or None for ``off``. Checked here, before anything
+    starts: a malformed address otherwise fails only once the poller has joined."""
+    value = _off(env.get(name) or default)
+    if value is not None:
+        try:
+            parse_address(value)
+        except InvalidInput:
+            raise ConfigError(f"{name}={value[:80]!r} is not {ADDRESS_FORM}, or off") from None
+    return value
+
+
+def _switch(env: Mapping[str, str], name: str, default: bool) -> bool:
+    """``name`` as on or off (true/false, yes/no, 1/0 too); anything else is refused."""
+    try:
+        return _bool(env, name, default)
+    except ConfigError:
+        raise ConfigError(f"{name}={env[name][:40]!r} is neither on nor off") from None
+
+
 @dataclass(frozen=True)
 class Settings:
     store_url: str | None = None
@@ -185,8 +206,8 @@ class Settings:
             load_concurrency=_int(env, "SCHEDULER_LOAD_CONCURRENCY",
                                   _int(env, "SCHEDULER_CONCURRENCY", 128)),
             metrics_address=env.get("SCHEDULER_METRICS_ADDRESS") or "127.0.0.1:9460",
-            notify_address=_off(env.get("SCHEDULER_NOTIFY_ADDRESS") or "127.0.0.1:0"),
-            nudge=_off(env.get("SCHEDULER_NUDGE") or "on") is not None,
+            notify_address=_address(env, "SCHEDULER_NOTIFY_ADDRESS", "127.0.0.1:0"),
+            nudge=_switch(env, "SCHEDULER_NUDGE", True),
         )
 
     def require_store(self, override: str | None = None) -> str:

@@ -30,6 +30,8 @@ import json
 from collections.abc import Iterable
 from itertools import chain
 
+# Re-exported: the nudge path (poller/nudge.py, nudger.py) reads addresses with it.
+from ..domain.address import parse_address as parse_address
 from ..domain.layout import MAX_SHARD_COUNT
 from ..domain.model import check_job_id
 from ..errors import InvalidInput
@@ -151,7 +153,3 @@ def _is_int(value: object) -> bool:
     # Not isinstance: True and False are ints to Python, and ``true`` is not a shard.
     return type(value) is int
 
-
-def parse_address(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    return host.strip("[]") or "127.0.0.1", int(port)
