@@ -224,9 +224,9 @@ def run(
     import os
 
     from .. import logs
-    from ..domain.dispatch import load_app
     from ..domain.layout import parse_shard_spec
     from ..poller import PollerConfig
+    from ..runtime.handlers import load_app
     from ..runtime.runner import run_poller
     from ..runtime.supervisor import processes_default, supervise
 

@@ -23,7 +23,6 @@ timeout cancels it. An App's handlers are either all plain functions or all coro
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
 import logging
@@ -160,39 +159,6 @@ def log_job(job: Job) -> None:
     logging.getLogger("scheduler.jobs").info(
         "fired %s (%s), due %s", job.job_id, job.kind, job.due_at.isoformat(),
         extra={"action": "job_logged", "job_id": job.job_id, "kind": job.kind})
-
-
-def load_object(spec: str) -> Any:
-    """Import ``module:attribute``; a bad spec is a ``ConfigError`` naming it."""
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise ConfigError(f"{spec!r} is not module:attribute (e.g. myapp.jobs:handle)")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"cannot import {module_name!r} for {spec!r}: {exc}") from None
-    try:
-        obj = module
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except AttributeError:
-        raise ConfigError(f"{module_name!r} has no attribute {attr!r}") from None
-    return obj
-
-
-def load_app(handler: str | None = None, app: str | None = None) -> App:
-    """The App for ``--handler module:function`` or ``--app module:app`` (exactly one)."""
-    if (handler is None) == (app is None):
-        raise ConfigError("give exactly one of --handler module:function or --app module:app")
-    if handler is not None:
-        fn = load_object(handler)
-        if not callable(fn):
-            raise ConfigError(f"{handler!r} is not callable")
-        return App.for_function(fn)
-    obj = load_object(app or "")
-    if not isinstance(obj, App):
-        raise ConfigError(f"{app!r} is a {type(obj).__name__}, not a scheduler.App")
-    return obj
 
 
 class Outcome(NamedTuple):

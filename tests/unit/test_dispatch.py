@@ -2,9 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.domain.dispatch import App, RetryPolicy, load_app, run_handler
+from scheduler.domain.dispatch import App, RetryPolicy, run_handler
 from scheduler.domain.model import Job
 from scheduler.errors import ConfigError
+from scheduler.runtime.handlers import load_app
 
 
 def job(kind: str = "email", attempts: int = 0) -> Job:

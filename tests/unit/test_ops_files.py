@@ -125,7 +125,7 @@ def test_compose_commands_are_valid_scheduler_commands():
     import scheduler.cli.console  # registers its command
     import scheduler.cli.ops  # noqa: F401  (registers its commands)
     from scheduler.cli.common import app
-    from scheduler.domain.dispatch import load_app
+    from scheduler.runtime.handlers import load_app
     from scheduler.settings import Settings
 
     root = cast(click.Group, get_command(app))
