@@ -29,12 +29,23 @@ def sqlite_path(url: str) -> str:
     return path
 
 
+def _has_control(text: str) -> bool:
+    """Whether ``text`` holds a C0 control, DEL or a C1 control character."""
+    return any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in text)
+
+
 def check_store_url(url: object) -> str:
     """``url`` if it is a well-formed store URL, else ``ConfigError``; connects to
-    nothing, and raises nothing else for any value."""
+    nothing, and raises nothing else for any value. A control character (C0, DEL, C1)
+    is refused in every URL: it would end up in a file name or a host name, and an
+    escape sequence in either misleads whoever reads it later."""
     if not isinstance(url, str) or not url.strip():
         raise ConfigError(f"no store URL given: {_FORMS}")
     scheme = _scheme(url)
+    if _has_control(url):
+        # Shown escaped, and only for a scheme we know: another may be a mistyped secret.
+        shown = f"store URL {shown_url(url)}" if scheme in ("sqlite", "cassandra") else "the store URL"
+        raise ConfigError(f"{shown} holds a control character (C0, DEL or C1): remove it; {_FORMS}")
     if scheme == "sqlite":
         sqlite_path(url)
     elif scheme == "cassandra":
