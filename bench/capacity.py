@@ -23,7 +23,10 @@ from typing import Any
 ROWS_WRITTEN_PER_JOB = 3
 ROWS_READ_PER_JOB = 1
 CHECKPOINT_EVERY_S = 1.0  # PollerConfig.checkpoint_interval_s: a moved checkpoint, one LWT
-TICK_S = 0.5              # fleet.Fleet: each member reads 2 nodes per tick
+# At rest a member reads ZooKeeper once per lease check, six per session timeout
+# (fleet/zkcoord.py); the member list and the plan are read again only when a watch fires.
+LEASE_READS_PER_SESSION = 6
+SESSION_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,7 @@ class Inputs:
     fleet_1_jobs_per_s: float       # fleet_scaling: one poller, 10 ms handler, concurrency 16
     handler_s: float = 0.010        # fleet_scaling's handler
     concurrency: int = 16           # fleet_scaling's --concurrency
-    bytes_per_job: float = 110.0    # storage_steady_state: disk bytes / live jobs (RF 1)
+    bytes_per_job: float = 127.0    # storage_steady_state: disk bytes / live jobs (RF 1)
     enqueue_jobs_per_s: float = 4000.0  # enqueue: one producer process, schedule_many
 
 
@@ -78,7 +81,7 @@ def plan(i: Inputs, t: Target) -> dict[str, Any]:
         "cassandra_rows_read_per_s": round(peak * ROWS_READ_PER_JOB),
         "cassandra_lwt_per_s": round(shards / CHECKPOINT_EVERY_S, 1),
         "disk_bytes": round(t.jobs_per_min * 60 * 24 * t.retention_days * i.bytes_per_job * t.replication),
-        "zookeeper_reads_per_s": round(2 * pollers / TICK_S),
+        "zookeeper_reads_per_s": round(LEASE_READS_PER_SESSION * pollers / SESSION_TIMEOUT_S),
     }
 
 
