@@ -53,17 +53,30 @@ def records_from_lines(lines: Iterable[str], source: str) -> list[Any]:
     return records
 
 
+# A JSON-lines record's short names and the canonical ones: either, never both.
+ALIASES = (("id", "job_id"), ("at", "due_at"), ("jitter", "jitter_s"))
+
+
 def spec_from_dict(raw: dict[str, Any], index: int) -> JobSpec:
     """A JobSpec from a JSON-lines record: ``id``/``job_id``, ``at``/``due_at``, ``kind``,
-    optional ``payload`` and ``jitter``."""
+    optional ``payload`` and ``jitter``/``jitter_s`` (a name or its alias, never both).
+    Raises ``InvalidInput`` naming the job's 1-based ``index`` for anything else."""
     from .model import parse_time
 
     if not isinstance(raw, dict):
         raise InvalidInput(f"job #{index + 1}: expected an object, got {type(raw).__name__}")
+    for alias, name in ALIASES:
+        # Both given, one would silently win: refused, whatever the two values are.
+        if alias in raw and name in raw:
+            raise InvalidInput(f"job #{index + 1}: both {alias} and {name} given; give one")
     job_id = raw.get("job_id", raw.get("id"))
-    at = raw.get("due_at", raw.get("at"))
-    if not isinstance(at, str | datetime):
+    at_name = "due_at" if "due_at" in raw else "at"
+    at = raw.get(at_name)
+    if at is None:
         raise InvalidInput(f"job #{index + 1}: missing due_at (an ISO 8601 time with an offset)")
+    if not isinstance(at, str | datetime):
+        raise InvalidInput(f"job #{index + 1}: {at_name} must be a string (an RFC 3339 time such as "
+                           f"2027-03-01T09:00:00Z), not {type(at).__name__}")
     unknown = set(raw) - {"job_id", "id", "due_at", "at", "kind", "payload", "jitter", "jitter_s"}
     if unknown:
         raise InvalidInput(f"job #{index + 1}: unknown field(s) {', '.join(sorted(unknown))}")
