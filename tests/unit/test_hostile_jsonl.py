@@ -46,7 +46,7 @@ def test_a_missing_time_is_still_missing():
 @pytest.mark.parametrize(("alias", "name"), ALIASES)
 def test_either_name_alone_is_accepted(alias, name):
     for key in (alias, name):
-        raw = {k: v for k, v in BASE.items() if k not in (alias, name)}
+        raw: dict[str, object] = {k: v for k, v in BASE.items() if k not in (alias, name)}
         raw[key] = {"id": "x", "job_id": "x", "at": BASE["at"], "due_at": BASE["at"],
                     "jitter": 2, "jitter_s": 2}[key]
         spec = spec_from_dict(raw, 0)
