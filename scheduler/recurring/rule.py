@@ -66,10 +66,15 @@ class Rule:
     @classmethod
     def parse(cls, cron: str | None = None, every: str | int | None = None, tz: str | None = None,
               anchor_ms: int = 0) -> Rule:
-        """Check and build a rule; ``InvalidInput`` with one line saying what is wrong."""
+        """Check and build a rule; ``InvalidInput`` with one line saying what is wrong.
+        ``tz`` None is UTC; an empty ``tz`` is refused."""
         if (cron is None) == (every is None):
             raise InvalidInput("give exactly one of --cron EXPR or --every DURATION")
-        tz = tz or "UTC"
+        if tz == "":
+            # Given, but empty (``--tz ''``, an unset shell variable): a mistake, not UTC.
+            raise InvalidInput("--tz is empty: give an IANA zone such as UTC or Europe/Lisbon, "
+                               "or leave --tz out for UTC")
+        tz = "UTC" if tz is None else tz
         zone(tz)
         if cron is not None:
             cron = " ".join(cron.split())
