@@ -290,18 +290,24 @@ def demo(
     store: Annotated[str | None, typer.Option(help="Store URL (default: temporary embedded).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Schedule jobs, fire them with in-process pollers, and check nothing was lost or early."""
-    from ..runtime.demo import run_demo
+    """Schedule jobs, fire them with in-process pollers, and check nothing was lost or early.
+
+    At most 1,000,000 jobs, 64 pollers and 1 day. SIGTERM stops it as Ctrl-C does
+    (the temporary store is removed), with exit 143."""
+    from ..runtime.demo import EXIT_TERMINATED, Terminated, check_demo, run_demo, sigterm_stops
 
     with errors():
-        if jobs < 1 or pollers < 1:
-            raise InvalidInput("--jobs and --pollers must be >= 1")
         spread_s = duration(seconds, "--seconds", allow_zero=False)
+        check_demo(jobs, pollers, spread_s)
         live = not as_json and sys.stdout.isatty()
-        if live:
-            summary = _demo_live(jobs, pollers, spread_s, store)
-        else:
-            summary = run_demo(jobs, pollers, spread_s, store)
+        try:
+            with sigterm_stops():
+                if live:
+                    summary = _demo_live(jobs, pollers, spread_s, store)
+                else:
+                    summary = run_demo(jobs, pollers, spread_s, store)
+        except Terminated:
+            raise typer.Exit(EXIT_TERMINATED) from None
     data = summary.to_dict()
 
     def human() -> None:

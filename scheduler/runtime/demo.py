@@ -3,16 +3,22 @@
 Schedules N jobs due over the next ~20 s across the shards, runs P pollers in this
 process (the shards split between them), and checks every firing against what was
 scheduled: fired, duplicates, early, lost, and lateness percentiles.
+
+Its numbers are bounded (``check_demo``): the jobs are built in memory before anything
+is printed, so an unbounded ``--jobs`` would only grow memory. SIGTERM stops it as
+Ctrl-C does, removing the temporary store (``sigterm_stops``).
 """
 
 from __future__ import annotations
 
+import signal
 import tempfile
 import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -23,6 +29,7 @@ from ..domain.dispatch import App
 from ..domain.jobspec import JobSpec
 from ..domain.keys import from_ms
 from ..domain.model import Job
+from ..errors import InvalidInput
 from ..fleet.coord import LocalCoordinator
 from ..poller import Poller, PollerConfig
 from ..producer.client import Client
@@ -32,6 +39,48 @@ from .member import Fleet
 # The first job is due this long after scheduling starts, beyond the late margin (jobs
 # due sooner are moved to now + margin and would count as late).
 LEAD_AFTER_MARGIN_S = 2.0
+# Upper bounds of the demo's numbers: a demo, not a load test (ops/bench is that).
+MAX_JOBS = 1_000_000
+MAX_POLLERS = 64
+MAX_SECONDS = 86_400.0
+EXIT_TERMINATED = 143  # 128 + SIGTERM, as shells report it
+
+
+def check_demo(jobs: int, pollers: int, seconds: float) -> None:
+    """``InvalidInput`` (one line) unless 1 <= jobs <= ``MAX_JOBS``, 1 <= pollers <=
+    ``MAX_POLLERS`` and 0 < seconds <= ``MAX_SECONDS``."""
+    if not 1 <= jobs <= MAX_JOBS:
+        raise InvalidInput(f"--jobs {jobs} must be between 1 and {MAX_JOBS:,}")
+    if not 1 <= pollers <= MAX_POLLERS:
+        raise InvalidInput(f"--pollers {pollers} must be between 1 and {MAX_POLLERS}")
+    if not 0 < seconds <= MAX_SECONDS:  # nan fails both comparisons
+        raise InvalidInput(f"--seconds {seconds:g} s must be more than 0 and at most "
+                           f"{MAX_SECONDS:g} s (1 day)")
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived: unwinds as KeyboardInterrupt does, so every ``finally`` runs
+    (pollers stopped, the temporary store removed)."""
+
+
+@contextmanager
+def sigterm_stops() -> Iterator[None]:
+    """Within the block, SIGTERM raises ``Terminated`` in the main thread (once: a
+    second SIGTERM during the clean-up is ignored, so the clean-up finishes). Outside
+    the main thread, where no handler can be set, nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @dataclass(frozen=True)
@@ -82,7 +131,10 @@ class Tally:
 
 def run_demo(jobs: int = 2000, pollers: int = 2, seconds: float = 20.0, store_url: str | None = None,
              shards: int = 16, on_tick: Callable[[dict[str, Any]], None] | None = None) -> DemoSummary:
-    """Run the demo end to end; ``on_tick`` receives live progress about 4 times a second."""
+    """Run the demo end to end; ``on_tick`` receives live progress about 4 times a second.
+    Raises ``InvalidInput`` for numbers out of ``check_demo``'s bounds, before anything
+    is created."""
+    check_demo(jobs, pollers, seconds)
     tmp: tempfile.TemporaryDirectory[str] | None = None
     if store_url is None:
         tmp = tempfile.TemporaryDirectory(prefix="scheduler-demo-")
