@@ -253,6 +253,8 @@ class Nudges:
         Nothing a datagram holds ends it (see ``_drain`` and ``_apply_batch``)."""
         core, sock = self.core, self.sock
         assert sock is not None
+        if core.stopping.is_set():  # stopped before this thread began: nothing to announce
+            return
         self.register(force=True)
         while not core.stopping.is_set():
             self.register()

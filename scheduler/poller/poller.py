@@ -269,10 +269,9 @@ class Poller:
         for shard in shards:
             self.claim(shard, epoch)
         core = self.core
-        self.workers.start()
-        self._threads += [core.start_thread("dispatch", self.dispatcher.run),
-                          core.start_thread("recorder", self.recorder.run),
-                          core.start_thread("reader", lambda: self.reader.run(self._nap))]
+        # Bound before any thread starts: a thread that crashes at once stops the poller,
+        # and that stop closes the listener; bound after it, the socket would stay open.
+        listening = False
         if self.config.notify_address:
             try:
                 self.nudges.bind(self.config.notify_address)
@@ -281,7 +280,13 @@ class Poller:
                             "margin; set another address", self.config.notify_address, exc,
                             extra={"action": "nudge_unavailable", "poller": self.name})
             else:
-                self._threads.append(core.start_thread("nudge", self.nudges.run))
+                listening = True
+        self.workers.start()
+        self._threads += [core.start_thread("dispatch", self.dispatcher.run),
+                          core.start_thread("recorder", self.recorder.run),
+                          core.start_thread("reader", lambda: self.reader.run(self._nap))]
+        if listening:
+            self._threads.append(core.start_thread("nudge", self.nudges.run))
 
     def _nap(self, seconds: float) -> None:
         self._wake.wait(seconds)

@@ -399,3 +399,24 @@ def test_no_collaborator_of_the_core_or_the_workers_is_assigned_from_outside():
                         target.attr == "lease" and owner.split(".")[-1] == "core"):
                     found.append(f"{path.relative_to(root)}:{node.lineno}: {ast.unparse(target)}")
     assert found == []
+
+
+def test_the_nudge_listener_is_bound_before_any_thread_can_stop_the_poller():
+    """A thread that crashes at once stops the poller, and the stop closes the listener: a
+    listener bound after the threads started could be bound after that close, and leak."""
+    store = FakeStore([])
+    poller = Poller(store, App.for_function(lambda j: None),  # type: ignore[arg-type]
+                    config=PollerConfig(check_clock=False, shutdown_timeout_s=1,
+                                        notify_address="127.0.0.1:0"))
+    bound_at_start: list[bool] = []
+    start_thread = poller.core.start_thread
+
+    def recording(*args: Any) -> Any:
+        bound_at_start.append(poller.nudges.sock is not None)
+        return start_thread(*args)
+
+    poller.core.start_thread = recording  # type: ignore[method-assign, assignment]
+    poller.start([0], epoch=1)
+    poller.stop()
+    assert bound_at_start and all(bound_at_start), bound_at_start
+    assert poller.nudges.sock is not None and poller.nudges.sock.fileno() == -1, "left open"
