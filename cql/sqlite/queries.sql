@@ -26,7 +26,7 @@ INSERT OR IGNORE INTO layout_marks (from_bucket, mark) VALUES (?, ?);
 
 -- name: select_job
 SELECT job_id, kind, payload, payload_json, due_at, fire_at, bucket, shard, status,
-       attempts, fired_at, last_error
+       attempts, fired_at, last_error, priority, key
 FROM jobs WHERE job_id = ?;
 
 -- name: select_job_positions
@@ -34,27 +34,27 @@ SELECT job_id, bucket, shard, fire_at FROM jobs WHERE bucket BETWEEN ? AND ?;
 
 -- name: insert_job
 INSERT OR REPLACE INTO jobs (job_id, kind, payload, payload_json, due_at, fire_at, bucket, shard,
-                             status, attempts, fired_at, last_error, expires_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+                             status, attempts, fired_at, last_error, priority, key, expires_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: insert_job_once
 -- An occurrence that exists (fired, cancelled, retried) is left as it is.
 INSERT OR IGNORE INTO jobs (job_id, kind, payload, payload_json, due_at, fire_at, bucket, shard,
-                            status, attempts, fired_at, last_error, expires_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+                            status, attempts, fired_at, last_error, priority, key, expires_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: insert_bucket_row
 INSERT OR REPLACE INTO jobs_by_bucket (bucket, shard, fire_at, job_id, due_at, kind, payload,
-                                       payload_json, attempts, expires_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+                                       payload_json, attempts, priority, key, expires_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: insert_bucket_row_full
 INSERT OR REPLACE INTO jobs_by_bucket (bucket, shard, fire_at, job_id, due_at, kind, payload,
-                                       payload_json, attempts, fired_at, expires_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+                                       payload_json, attempts, priority, key, fired_at, expires_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: select_bucket_rows
-SELECT bucket, shard, fire_at, job_id, due_at, kind, payload, payload_json, attempts, fired_at
+SELECT bucket, shard, fire_at, job_id, due_at, kind, payload, payload_json, attempts, fired_at, priority, key
 FROM jobs_by_bucket
 WHERE bucket = ? AND shard = ? AND (fire_at, job_id) > (?, ?) AND fire_at <= ?
 ORDER BY fire_at, job_id
@@ -113,28 +113,28 @@ ORDER BY replayed_at DESC LIMIT 100;
 
 -- name: insert_schedule
 INSERT OR IGNORE INTO schedules (schedule_id, version, state, kind, payload, payload_json, cron, every_s,
-    tz, anchor_ms, start_ms, end_ms, overlap, misfire, catchup_window_s, jitter_s, created_ms, updated_ms)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+    tz, anchor_ms, start_ms, end_ms, overlap, misfire, catchup_window_s, jitter_s, created_ms, updated_ms, priority, key)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: replace_schedule
 UPDATE schedules SET version = ?, state = ?, kind = ?, payload = ?, payload_json = ?, cron = ?,
     every_s = ?, tz = ?, anchor_ms = ?, start_ms = ?, end_ms = ?, overlap = ?, misfire = ?,
-    catchup_window_s = ?, jitter_s = ?, created_ms = ?, updated_ms = ?
+    catchup_window_s = ?, jitter_s = ?, created_ms = ?, updated_ms = ?, priority = ?, key = ?
 WHERE schedule_id = ? AND version = ?;
 
 -- name: select_schedule
 SELECT schedule_id, version, state, kind, payload, payload_json, cron, every_s, tz, anchor_ms, start_ms,
-       end_ms, overlap, misfire, catchup_window_s, jitter_s, created_ms, updated_ms, skipped
+       end_ms, overlap, misfire, catchup_window_s, jitter_s, created_ms, updated_ms, priority, key, skipped
 FROM schedules WHERE schedule_id = ?;
 
 -- name: select_schedules
 SELECT schedule_id, version, state, kind, payload, payload_json, cron, every_s, tz, anchor_ms, start_ms,
-       end_ms, overlap, misfire, catchup_window_s, jitter_s, created_ms, updated_ms, skipped
+       end_ms, overlap, misfire, catchup_window_s, jitter_s, created_ms, updated_ms, priority, key, skipped
 FROM schedules ORDER BY schedule_id;
 
 -- name: select_schedules_after
 SELECT schedule_id, version, state, kind, payload, payload_json, cron, every_s, tz, anchor_ms, start_ms,
-       end_ms, overlap, misfire, catchup_window_s, jitter_s, created_ms, updated_ms, skipped
+       end_ms, overlap, misfire, catchup_window_s, jitter_s, created_ms, updated_ms, priority, key, skipped
 FROM schedules WHERE schedule_id > ? ORDER BY schedule_id LIMIT ?;
 
 -- name: add_skipped

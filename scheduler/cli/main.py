@@ -49,19 +49,28 @@ def schedule(
     payload: Annotated[str | None, typer.Option(help="JSON payload.")] = None,
     jitter: Annotated[str, typer.Option(
         metavar=DURATION, help="Fire any time up to this long after due (0.5, 30s, 5m).")] = "0",
+    priority: Annotated[str, typer.Option(
+        metavar="0-9", help="9 starts first when more jobs are due than can start.")] = "5",
+    key: Annotated[str | None, typer.Option(
+        metavar="KEY", help="A customer, an account...: per-key limits and turns; the job is "
+                            "placed in its key's shard.")] = None,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Schedule one job (idempotent by id)."""
+    from ..domain.flow import check_key, parse_priority
     from ..domain.jobspec import loads
 
     with errors():
         due = parse_at(at)
         jitter_s = duration(jitter, "--jitter")
+        level = parse_priority(priority)
+        key = None if key is None else check_key(key)
         value = None if payload is None else loads(payload, "--payload")
         client = client_for(store)
         try:
-            job = client.schedule(job_id, due, kind, value, jitter_s=jitter_s).to_dict()
+            job = client.schedule(job_id, due, kind, value, jitter_s=jitter_s, priority=level,
+                                  key=key).to_dict()
         finally:
             client.close()
     emit(job, as_json, lambda: job_table(job))
@@ -114,7 +123,8 @@ def reschedule(job_id: str, at: Annotated[str, typer.Option(metavar=TIME, help="
 def load(file: Annotated[Path, typer.Argument(help="JSON lines, one job per line; - for stdin.")],
          store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     """Bulk-load jobs from JSON lines (fields as `schedule`: id, at, kind, payload, jitter
-    in seconds). The whole file is checked first: one bad line or job writes nothing."""
+    in seconds, priority 0-9, key). The whole file is checked first: one bad line or job
+    writes nothing."""
     from rich.progress import Progress
 
     from ..domain.jobspec import records_from_lines

@@ -75,18 +75,28 @@ WindowOpt = Annotated[str | None, typer.Option("--catchup-window", metavar=DURAT
 MisfireOpt = Annotated[str | None, typer.Option("--misfire", help="fire_once (default), fire_all or skip.")]
 JitterOpt = Annotated[str | None, typer.Option("--jitter", metavar=DURATION,
                                                help="Spread each fire time by up to this.")]
+PriorityOpt = Annotated[str | None, typer.Option("--priority", metavar="0-9",
+                                                 help="Every occurrence's priority (default 5).")]
+KeyOpt = Annotated[str | None, typer.Option("--key", metavar="KEY",
+                                            help="Every occurrence's key (see `schedule --key`).")]
 
 
 def _options(kind: str | None, cron: str | None, every: str | None, tz: str | None, payload: str | None,
              start: str | None, end: str | None, overlap: str | None, catchup_window: str | None,
-             misfire: str | None, jitter: str | None) -> dict[str, Any]:
+             misfire: str | None, jitter: str | None, priority: str | None = None,
+             key: str | None = None) -> dict[str, Any]:
     """The options given on the command line, parsed (``InvalidInput`` on bad ones),
     before the store is read: a bad value is refused even for a schedule that does not
     exist."""
+    from ..domain.flow import check_key, parse_priority
     from ..domain.jobspec import loads
     from ..recurring.rule import parse_duration
 
     out: dict[str, Any] = {}
+    if priority is not None:
+        out["priority"] = parse_priority(priority)
+    if key is not None:
+        out["key"] = check_key(key)
     if payload is not None:
         out["payload"] = loads(payload, "--payload")
     for key, value in (("kind", kind), ("cron", cron), ("tz", tz), ("overlap", overlap),
@@ -118,13 +128,14 @@ def create(
     cron: CronOpt = None, every: EveryOpt = None, kind: KindOpt = None, payload: PayloadOpt = None,
     tz: TzOpt = None, start: StartOpt = None, end: EndOpt = None, overlap: OverlapOpt = None,
     catchup_window: WindowOpt = None, misfire: MisfireOpt = None, jitter: JitterOpt = None,
-    store: StoreOpt = None, as_json: JsonOpt = False,
+    priority: PriorityOpt = None, key: KeyOpt = None, store: StoreOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Create a schedule (the same definition again is a no-op)."""
     with errors():
         if kind is None:
             raise InvalidInput("--kind is required")
-        opts = _options(kind, cron, every, tz, payload, start, end, overlap, catchup_window, misfire, jitter)
+        opts = _options(kind, cron, every, tz, payload, start, end, overlap, catchup_window, misfire, jitter,
+                        priority, key)
     _act("create", schedule_id, store, as_json, **opts)
 
 
@@ -134,11 +145,12 @@ def update(
     cron: CronOpt = None, every: EveryOpt = None, kind: KindOpt = None, payload: PayloadOpt = None,
     tz: TzOpt = None, start: StartOpt = None, end: EndOpt = None, overlap: OverlapOpt = None,
     catchup_window: WindowOpt = None, misfire: MisfireOpt = None, jitter: JitterOpt = None,
-    store: StoreOpt = None, as_json: JsonOpt = False,
+    priority: PriorityOpt = None, key: KeyOpt = None, store: StoreOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Change a schedule: a new version; pending occurrences of the old one do not fire."""
     with errors():
-        opts = _options(kind, cron, every, tz, payload, start, end, overlap, catchup_window, misfire, jitter)
+        opts = _options(kind, cron, every, tz, payload, start, end, overlap, catchup_window, misfire, jitter,
+                        priority, key)
         if not opts:
             raise InvalidInput("nothing to change: give at least one option of `recurring create`")
     _act("update", schedule_id, store, as_json, **opts)

@@ -25,7 +25,12 @@ from .model import check_kind
 
 MAX_KEY_BYTES = 256
 PRIORITIES = range(10)  # 0-9; 9 starts first
-DEFAULT_PRIORITY = 0
+# A job given no priority sits in the middle, not at the bottom: bulk work (a backfill,
+# a nightly export) can then be scheduled below the normal traffic (0-4), not only urgent
+# work above it. With 0 as the default, "lower than normal" could not be said at all.
+# Rows written before schema v007 read as this priority too. (domain.model.Job repeats
+# the value as its field's default: model is imported by this module.)
+DEFAULT_PRIORITY = 5
 # Larger is surely a typo (or an attempt to overflow something downstream).
 MAX_LIMIT = 1_000_000_000
 # A rate below one per day is surely a typo ("1/d" is not a unit, "0.00001/h" is).

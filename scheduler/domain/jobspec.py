@@ -13,17 +13,22 @@ from datetime import datetime
 from typing import Any, cast
 
 from ..errors import InvalidInput
+from .flow import DEFAULT_PRIORITY, check_key, check_priority
 
 
 @dataclass(frozen=True)
 class JobSpec:
-    """One job to schedule, as ``schedule`` takes it."""
+    """One job to schedule, as ``schedule`` takes it. ``priority`` 0-9 (9 starts first);
+    ``key`` None or 1-256 bytes of text (``flow.check_key``): a keyed job is placed in its
+    key's shard. Both are checked when the job is placed, before anything is written."""
 
     job_id: str
     due_at: datetime
     kind: str
     payload: Any = None
     jitter_s: float = 0.0
+    priority: int = DEFAULT_PRIORITY
+    key: str | None = None
 
 
 def _no_constant(name: str) -> Any:
@@ -59,7 +64,8 @@ ALIASES = (("id", "job_id"), ("at", "due_at"), ("jitter", "jitter_s"))
 
 def spec_from_dict(raw: dict[str, Any], index: int) -> JobSpec:
     """A JobSpec from a JSON-lines record: ``id``/``job_id``, ``at``/``due_at``, ``kind``,
-    optional ``payload`` and ``jitter``/``jitter_s`` (a name or its alias, never both).
+    optional ``payload``, ``jitter``/``jitter_s`` (a name or its alias, never both),
+    ``priority`` (a whole number 0-9, not text) and ``key`` (text, or null for none).
     Raises ``InvalidInput`` naming the job's 1-based ``index`` for anything else."""
     from .model import parse_time
 
@@ -77,7 +83,8 @@ def spec_from_dict(raw: dict[str, Any], index: int) -> JobSpec:
     if not isinstance(at, str | datetime):
         raise InvalidInput(f"job #{index + 1}: {at_name} must be a string (an RFC 3339 time such as "
                            f"2027-03-01T09:00:00Z), not {type(at).__name__}")
-    unknown = set(raw) - {"job_id", "id", "due_at", "at", "kind", "payload", "jitter", "jitter_s"}
+    unknown = set(raw) - {"job_id", "id", "due_at", "at", "kind", "payload", "jitter", "jitter_s",
+                          "priority", "key"}
     if unknown:
         raise InvalidInput(f"job #{index + 1}: unknown field(s) {', '.join(sorted(unknown))}")
     try:
@@ -91,6 +98,12 @@ def spec_from_dict(raw: dict[str, Any], index: int) -> JobSpec:
         jitter_s = float(jitter)
     except OverflowError:  # an integer of hundreds of digits
         raise InvalidInput(f"job #{index + 1}: jitter {jitter} is out of range") from None
+    try:
+        # JSON's 5.0 is a float and "5" is text: both refused (a bool too), as by the API.
+        priority = check_priority(raw.get("priority", DEFAULT_PRIORITY))
+        key = None if raw.get("key") is None else check_key(raw["key"])
+    except InvalidInput as exc:
+        raise InvalidInput(f"job #{index + 1}: {exc}") from None
     # id and kind are checked by Client.build, which names the job on error.
     return JobSpec(job_id=cast(str, job_id), due_at=due, kind=cast(str, raw.get("kind")),
-                   payload=raw.get("payload"), jitter_s=jitter_s)
+                   payload=raw.get("payload"), jitter_s=jitter_s, priority=priority, key=key)

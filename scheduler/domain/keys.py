@@ -2,8 +2,13 @@
 
 - bucket: the fire time truncated to the bucket width, as Unix epoch seconds of the
   bucket's start (``floor(epoch_ms / (width_s * 1000)) * width_s``).
-- shard: murmur3 x86 32-bit, seed 0, unsigned, of the job id's UTF-8 bytes, modulo S,
-  where S is the shard count in force for that bucket.
+- shard: murmur3 x86 32-bit, seed 0, unsigned, of the job's *placement key*'s UTF-8
+  bytes, modulo S, where S is the shard count in force for that bucket. The placement
+  key is the job's ``key`` when it has one (a customer, an account: the unit of per-key
+  concurrency and fairness), else its id. So every job of one key is in the same shard
+  of a bucket, and the one poller that owns that shard sees all of them; a job without a
+  key is placed exactly as before keys existed. A key and an id that are the same text
+  land in the same shard (the hash does not tell them apart).
 - partition key: ``(bucket, shard)``; rows within a partition are ordered by
   ``(fire_at, job_id)``.
 
@@ -52,6 +57,12 @@ def job_hash(job_id: str) -> int:
 def shard_of(job_id: str, shard_count: int) -> int:
     """Shard of ``job_id`` when ``shard_count`` shards are in force."""
     return job_hash(job_id) % shard_count
+
+
+def shard_key(job_id: str, key: str | None, shard_count: int) -> int:
+    """Shard of a job with ``key`` (or none) when ``shard_count`` shards are in force: the
+    key's shard when the job has a key, else the id's (``shard_of``)."""
+    return job_hash(job_id if key is None else key) % shard_count
 
 
 def jitter_ms(job_id: str, window_s: float) -> int:

@@ -43,6 +43,10 @@ class Job(NamedTuple):
     ``due_ms`` is the time the producer asked for (kept for lateness accounting);
     ``fire_ms`` is where the job sits in the bucket table: the due time plus any
     jitter, moved forward for a late write. Both are epoch milliseconds.
+
+    ``priority`` (0-9, 9 starts first) and ``key`` (None, or 1-256 bytes: the unit of
+    per-key concurrency; a keyed job's shard is its key's, see ``keys.shard_key``) are
+    checked by ``flow.check_priority`` and ``flow.check_key`` before anything is written.
     """
 
     job_id: str
@@ -58,6 +62,10 @@ class Job(NamedTuple):
     attempts: int = 0
     fired_ms: int | None = None
     last_error: str | None = None
+    # flow.DEFAULT_PRIORITY (flow imports this module, so it cannot be imported here;
+    # tests/unit/test_model.py checks that the two agree).
+    priority: int = 5
+    key: str | None = None
 
     @property
     def due_at(self) -> datetime:
@@ -110,6 +118,8 @@ class Job(NamedTuple):
             "fired_at": None if self.fired_at is None else self.fired_at.isoformat(),
             "last_error": self.last_error,
             "refired_from": refired_from(self.job_id),
+            "priority": self.priority,
+            "key": self.key,
         }
 
 

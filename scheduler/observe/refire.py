@@ -95,12 +95,13 @@ def fired_in_window(store: RowReads, start_ms: int, end_ms: int, kind: str | Non
 
 
 def specs(found: list[Found], window: tuple[int, int]) -> list[JobSpec]:
-    """The jobs to schedule: same kind and payload, due at the window's end."""
+    """The jobs to schedule: same kind, payload, priority and key, due at the window's end."""
     due = from_ms(window[1])
     out = []
     for f in found:
         payload: Any = json.loads(f.job.data) if f.job.data_json else f.job.data
-        out.append(JobSpec(refire_id(window, f.job.job_id), due, f.job.kind, payload))
+        out.append(JobSpec(refire_id(window, f.job.job_id), due, f.job.kind, payload,
+                           priority=f.job.priority, key=f.job.key))
     return out
 
 

@@ -16,7 +16,7 @@ import time
 from collections import Counter
 
 from ..domain.dispatch import Outcome
-from ..domain.keys import bucket_of_ms, from_ms, shard_of
+from ..domain.keys import bucket_of_ms, from_ms, shard_key
 from ..domain.model import OCCURRENCE_PREFIX, Job
 from ..errors import SchedulerError
 from ..observe.faults import Backoff
@@ -163,12 +163,13 @@ class Recorder:
 
     def retry_job(self, job: Job, retry_at_ms: int, attempt: bool = True) -> Job:
         """The retry's placement: the late-write rule and its bucket's layout apply.
-        ``attempt``: count a failed attempt (not for an occurrence that waits)."""
+        ``attempt``: count a failed attempt (not for an occurrence that waits). The retry
+        keeps the job's priority and key, so a keyed job stays in its key's shard."""
         core = self.core
         fire = max(retry_at_ms, core.clock.now_ms() + core.meta.late_margin_ms)
         bucket = bucket_of_ms(fire, core.meta.bucket_width_s)
         count = core.layouts().write_layout(bucket).shard_count
-        return job.evolve(fire_ms=fire, bucket=bucket, shard=shard_of(job.job_id, count),
+        return job.evolve(fire_ms=fire, bucket=bucket, shard=shard_key(job.job_id, job.key, count),
                           attempts=job.attempts + (1 if attempt else 0))
 
     def run(self) -> None:

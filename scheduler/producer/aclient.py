@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from ..domain.effects import Steps, run_async
+from ..domain.flow import DEFAULT_PRIORITY
 from ..domain.jobspec import JobSpec
 from ..domain.layout import Layout, Layouts
 from ..domain.model import Job
@@ -56,12 +57,13 @@ class AsyncClient(ClientBase):
         return await self.run(self.producer.resize(count, at))
 
     async def schedule(self, job_id: str, due_at: datetime, kind: str, payload: Any = None, *,
-                       jitter_s: float = 0.0) -> Job:
+                       jitter_s: float = 0.0, priority: int = DEFAULT_PRIORITY,
+                       key: str | None = None) -> Job:
         """See ``Client.schedule``. Calls made while a write is in flight are written
         together (a group commit, see ``_flush``): each returns once its own job is
         acknowledged, with its own result or error."""
         try:
-            checked = self.producer.check(JobSpec(job_id, due_at, kind, payload, jitter_s))
+            checked = self.producer.check(JobSpec(job_id, due_at, kind, payload, jitter_s, priority, key))
         except InvalidInput as exc:
             raise InvalidInput(f"job #1 ({job_id!r}): {exc}") from None
         fut: asyncio.Future[Job] = asyncio.get_running_loop().create_future()

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from ..domain.clock import Clock, SystemClock
 from ..domain.effects import Steps, run_sync
+from ..domain.flow import DEFAULT_PRIORITY
 from ..domain.jobspec import JobSpec
 from ..domain.layout import Layout, Layouts
 from ..domain.model import Job
@@ -132,22 +133,30 @@ class Client(ClientBase):
         return self.run(self.producer.build(spec, now_ms))
 
     def schedule(self, job_id: str, due_at: datetime, kind: str, payload: Any = None, *,
-                 jitter_s: float = 0.0) -> Job:
+                 jitter_s: float = 0.0, priority: int = DEFAULT_PRIORITY,
+                 key: str | None = None) -> Job:
         """Schedule a job; idempotent by ``job_id``.
 
         Same id and same due time as a stored job: nothing changes and the stored job
         is returned (kind and payload of the first call stay). Different due time: a
         reschedule with this call's kind and payload, so the job fires once, at the new
         time. Returns the stored job.
+
+        ``priority``: 0-9, 9 starts first when more jobs are due than can start.
+        ``key``: a customer, an account (1-256 bytes of UTF-8, no control characters):
+        the job is placed in its key's shard, so one poller sees every job of a key.
+        A bad value raises ``InvalidInput`` and nothing is written.
         """
-        return self.run(self.producer.schedule_many([JobSpec(job_id, due_at, kind, payload, jitter_s)]))[0]
+        spec = JobSpec(job_id, due_at, kind, payload, jitter_s, priority, key)
+        return self.run(self.producer.schedule_many([spec]))[0]
 
     def schedule_many(self, specs: Iterable[JobSpec | dict[str, Any]],
                       progress: Callable[[int], None] | None = None) -> list[Job]:
         """Schedule many jobs with many writes in flight; returns the stored jobs in order.
 
         The whole input is validated first: one bad spec raises ``InvalidInput`` naming
-        its position and nothing is written. A store error part-way leaves earlier
+        its position and nothing is written. A spec (or dict) may carry ``priority`` and
+        ``key`` as ``schedule`` takes them. A store error part-way leaves earlier
         chunks written; re-running the same call is safe.
         """
         return self.run(self.producer.schedule_many(specs, progress))

@@ -70,6 +70,7 @@ class JobView:
             ("due_at", d["due_at"]), ("fire_at", d["fire_at"]),
             ("fired_at", fired_text(job, d["fired_at"])), ("attempts", str(job.attempts)),
             ("last_error", job.last_error or "-"), ("payload", payload_text(job)),
+            ("priority", str(job.priority)), ("key", "-" if job.key is None else job.key),
         ]
         if (src := self.refired) is not None:
             fired = (f"original fire at {iso(src.fired_ms)}" if src.fired_ms is not None

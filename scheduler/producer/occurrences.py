@@ -19,10 +19,12 @@ if TYPE_CHECKING:
 def place(producer: Producer, schedule: Schedule, nominal_ms: int, now_ms: int | None = None) -> Steps[Job]:
     """The job of ``schedule``'s occurrence at ``nominal_ms``: its id, kind and payload
     from the schedule, due at the nominal time, fired at the nominal time plus the
-    schedule's deterministic jitter (the late-write rule applies)."""
+    schedule's deterministic jitter (the late-write rule applies), with the schedule's
+    priority and key (so in the key's shard when it has one)."""
     oid = occurrence_id(schedule.schedule_id, schedule.version, nominal_ms)
     return (yield from producer.place(oid, schedule.kind, schedule.payload, schedule.payload_json,
-                                      nominal_ms, schedule.jitter_s, now_ms))
+                                      nominal_ms, schedule.jitter_s, schedule.priority, schedule.key,
+                                      now_ms))
 
 
 def write(producer: Producer, jobs: Sequence[Job]) -> Steps[list[Job]]:

@@ -25,8 +25,9 @@ from typing import Any, TypeVar
 
 from ..domain.clock import Clock
 from ..domain.effects import Sleep, Steps, call
+from ..domain.flow import check_key, check_priority
 from ..domain.jobspec import JobSpec, spec_from_dict
-from ..domain.keys import bucket_of_ms, jitter_ms, shard_of
+from ..domain.keys import bucket_of_ms, jitter_ms, shard_key
 from ..domain.layout import Layout, Layouts, check_resize, mark_end_for
 from ..domain.model import (
     OCCURRENCE_PREFIX,
@@ -67,8 +68,9 @@ RETRY_S = 10.0
 MIN_TRIES = 3
 T = TypeVar("T")
 ProgressFn = Callable[[int], None]
-# A validated job before placement: id, kind, payload, payload is JSON, due ms, jitter s.
-Placeable = tuple[str, str, bytes, bool, int, float]
+# A validated job before placement: id, kind, payload, payload is JSON, due ms, jitter s,
+# priority, key.
+Placeable = tuple[str, str, bytes, bool, int, float, int, str | None]
 
 
 class Producer:
@@ -142,14 +144,17 @@ class Producer:
         if not 0 <= spec.jitter_s <= MAX_JITTER_S:
             raise InvalidInput(f"jitter must be between 0 and {MAX_JITTER_S} seconds, got {spec.jitter_s}")
         payload, is_json = encode_payload(spec.payload, self.max_payload_bytes)
-        return job_id, kind, payload, is_json, due_ms, spec.jitter_s
+        key = None if spec.key is None else check_key(spec.key)
+        return job_id, kind, payload, is_json, due_ms, spec.jitter_s, check_priority(spec.priority), key
 
     def build(self, spec: JobSpec, now_ms: int | None = None) -> Steps[Job]:
         """Validate ``spec`` and place it (bucket, shard, fire time); writes nothing."""
         return (yield from self.place(*self.check(spec), now_ms))
 
     def place(self, job_id: str, kind: str, payload: bytes, is_json: bool, due_ms: int,
-              jitter_s: float, now_ms: int | None) -> Steps[Job]:
+              jitter_s: float, priority: int, key: str | None, now_ms: int | None) -> Steps[Job]:
+        """The job placed: fire time (the late-write rule), bucket, and the shard of its
+        key, or of its id when it has none (``keys.shard_key``). Writes nothing."""
         layouts = yield from self.layouts()
         now = self.clock.now_ms() if now_ms is None else now_ms
         fire_ms = max(due_ms + jitter_ms(job_id, jitter_s), now + self.meta.late_margin_ms)
@@ -157,7 +162,8 @@ class Producer:
         bucket = bucket_of_ms(fire_ms, self.meta.bucket_width_s)
         layout = layouts.write_layout(bucket)
         return Job(job_id=job_id, kind=kind, data=payload, data_json=is_json, due_ms=due_ms,
-                   fire_ms=fire_ms, bucket=bucket, shard=shard_of(job_id, layout.shard_count))
+                   fire_ms=fire_ms, bucket=bucket, shard=shard_key(job_id, key, layout.shard_count),
+                   priority=priority, key=key)
 
     def ensure_marks(self, jobs: Iterable[Job]) -> Steps[None]:
         """Record how far writers reached under each layout, before writing the jobs, so a
@@ -279,7 +285,8 @@ class Producer:
         if job.fire_ms >= now + self.meta.late_margin_ms:
             return job
         # Jitter is dropped: the job lands at now + margin, its earliest safe position.
-        return (yield from self.place(job.job_id, job.kind, job.data, job.data_json, job.due_ms, 0, now))
+        return (yield from self.place(job.job_id, job.kind, job.data, job.data_json, job.due_ms, 0,
+                                      job.priority, job.key, now))
 
     def at_risk(self, job: Job, ack_ms: int) -> bool:
         return repair.at_risk(self.meta, job, ack_ms)
@@ -293,7 +300,8 @@ class Producer:
         check_job_id(job_id)
         due_ms = check_due(due_at)
         old = yield from self.get(job_id)
-        new = yield from self.place(job_id, old.kind, old.data, old.data_json, due_ms, jitter_s, None)
+        new = yield from self.place(job_id, old.kind, old.data, old.data_json, due_ms, jitter_s,
+                                    old.priority, old.key, None)
         if old.status is Status.PENDING and old.due_ms == due_ms:
             return old
         new = new.evolve(attempts=old.attempts, fired_ms=old.fired_ms, last_error=old.last_error)
@@ -337,7 +345,8 @@ class Producer:
         out = []
         for job_id in wanted:
             old = yield from self.get(job_id)
-            new = yield from self.place(job_id, old.kind, old.data, old.data_json, due_ms, 0, None)
+            new = yield from self.place(job_id, old.kind, old.data, old.data_json, due_ms, 0,
+                                        old.priority, old.key, None)
             # A pending job that has not fired since: no fired_at (its death's time is
             # kept in the replay's record, with what the dead letter said).
             new = new.evolve(attempts=0, fired_ms=None, last_error=old.last_error)

@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..domain.effects import Sleep, Steps, call
+from ..domain.flow import DEFAULT_PRIORITY, check_key, check_priority
 from ..domain.model import Status, check_kind, encode_payload
 from ..errors import InvalidInput, ScheduleConflict, ScheduleNotFound
 from ..recurring import chain
@@ -74,7 +75,7 @@ class RecurringOps:
 
     def _build(self, schedule_id: str, base: Schedule | None, *, kind: Any, cron: Any, every: Any,
                tz: Any, payload: Any, start: Any, end: Any, overlap: Any, misfire: Any,
-               catchup_window: Any, jitter: Any) -> Schedule:
+               catchup_window: Any, jitter: Any, priority: Any = _UNSET, key: Any = _UNSET) -> Schedule:
         """A validated schedule from the options given (unset ones from ``base``)."""
         now = self.clock.now_ms()
         check_schedule_id(schedule_id)
@@ -110,6 +111,8 @@ class RecurringOps:
             catchup_window_s=_seconds(pick(catchup_window, "catchup_window_s", DEFAULT_CATCHUP_WINDOW_S),
                                       "--catchup-window", allow_zero=True),
             jitter_s=check_jitter(_seconds(pick(jitter, "jitter_s", 0), "--jitter", allow_zero=True)),
+            priority=check_priority(pick(priority, "priority", DEFAULT_PRIORITY)),
+            key=None if (k := pick(key, "key", None)) is None else check_key(k),
             version=base.version if base else 1, state=base.state if base else State.ACTIVE,
             created_ms=base.created_ms if base else now, updated_ms=now)
 
@@ -119,10 +122,11 @@ class RecurringOps:
                tz: str | None = None, payload: Any = None, start: datetime | None = None,
                end: datetime | None = None, overlap: str = "allow", misfire: str = "fire_once",
                catchup_window: str | int = DEFAULT_CATCHUP_WINDOW_S,
-               jitter: str | int = 0) -> Steps[Schedule]:
+               jitter: str | int = 0, priority: int = DEFAULT_PRIORITY,
+               key: str | None = None) -> Steps[Schedule]:
         new = self._build(schedule_id, None, kind=kind, cron=cron, every=every, tz=tz, payload=payload,
                           start=start, end=end, overlap=overlap, misfire=misfire,
-                          catchup_window=catchup_window, jitter=jitter)
+                          catchup_window=catchup_window, jitter=jitter, priority=priority, key=key)
         for _ in range(3):
             old = yield from self._read(schedule_id)
             if old is not None and old.state is not State.DELETED:
@@ -143,14 +147,13 @@ class RecurringOps:
         return new
 
     def update(self, schedule_id: str, **changes: Any) -> Steps[Schedule]:
-        unknown = set(changes) - {"kind", "cron", "every", "tz", "payload", "start", "end", "overlap",
-                                  "misfire", "catchup_window", "jitter"}
+        names = ("kind", "cron", "every", "tz", "payload", "start", "end", "overlap", "misfire",
+                 "catchup_window", "jitter", "priority", "key")  # key=None: no key from now on
+        unknown = set(changes) - set(names)
         if unknown:
             raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))}")
         old = yield from self.get(schedule_id)
-        opts = {k: changes.get(k, _UNSET) for k in ("kind", "cron", "every", "tz", "payload", "start",
-                                                     "end", "overlap", "misfire", "catchup_window",
-                                                     "jitter")}
+        opts = {k: changes.get(k, _UNSET) for k in names}
         if opts["cron"] is not _UNSET and opts["every"] is _UNSET:
             opts["every"] = None
         elif opts["every"] is not _UNSET and opts["cron"] is _UNSET:
@@ -273,7 +276,8 @@ class Recurring:
     def create(self, schedule_id: str, **options: Any) -> Schedule:
         """Create a schedule and write its first occurrence (options: ``kind`` (required),
         ``cron`` or ``every``, ``tz``, ``payload``, ``start``, ``end``, ``overlap``,
-        ``misfire``, ``catchup_window``, ``jitter``). The same id with the same
+        ``misfire``, ``catchup_window``, ``jitter``, ``priority``, ``key``: every
+        occurrence has the schedule's priority and key). The same id with the same
         definition is a no-op; with another, ``ScheduleConflict``."""
         return self._run(self.ops.create(schedule_id, **options))
 

@@ -19,6 +19,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, NamedTuple
 
+from ..domain.flow import DEFAULT_PRIORITY
 from ..domain.keys import from_ms
 from ..domain.model import OCCURRENCE_PREFIX
 from ..domain.model import parse_occurrence as _parse
@@ -85,7 +86,8 @@ def check_schedule_id(schedule_id: object) -> str:
 @dataclass(frozen=True)
 class Schedule:
     """A schedule's row. ``version`` starts at 1; ``state`` is active, paused or deleted
-    (a deleted row is kept, so that a re-created schedule gets a new version)."""
+    (a deleted row is kept, so that a re-created schedule gets a new version). Every
+    occurrence has the schedule's ``priority`` and ``key`` (see ``domain.model.Job``)."""
 
     schedule_id: str
     kind: str
@@ -103,6 +105,8 @@ class Schedule:
     created_ms: int = 0
     updated_ms: int = 0
     skipped: int = field(default=0, compare=False)
+    priority: int = DEFAULT_PRIORITY
+    key: str | None = None
 
     def same_definition(self, other: Schedule) -> bool:
         """Whether ``other`` defines the same schedule (ignoring version, state, times)."""
@@ -148,6 +152,8 @@ class Schedule:
             "catchup_window_s": self.catchup_window_s,
             "jitter_s": self.jitter_s,
             "skipped": self.skipped,
+            "priority": self.priority,
+            "key": self.key,
         }
 
 

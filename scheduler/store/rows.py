@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..domain.flow import DEFAULT_PRIORITY
 from ..domain.model import POISON_KIND, Job, Status
 from ..domain.retention import DEFAULT_DEAD_RETENTION_S, DEFAULT_RETENTION_S, Retention
 from ..recurring.rule import Rule
@@ -14,7 +15,7 @@ from ..recurring.schedule import Misfire, Overlap, Schedule, State
 def job_from_row(row: Any, to_ms: Any = int) -> Job:
     """Build a Job from ``select_job``'s column order; ``to_ms`` converts timestamps."""
     (job_id, kind, payload, payload_json, due_at, fire_at, bucket, shard, status, attempts,
-     fired_at, last_error) = row
+     fired_at, last_error, priority, key) = row
     return Job(
         job_id=job_id,
         kind=kind or "",
@@ -28,18 +29,23 @@ def job_from_row(row: Any, to_ms: Any = int) -> Job:
         attempts=int(attempts or 0),
         fired_ms=None if fired_at is None else to_ms(fired_at),
         last_error=last_error,
+        priority=DEFAULT_PRIORITY if priority is None else int(priority),
+        key=key,
     )
 
 
 def job_from_bucket_row(row: Any, to_ms: Any = int) -> Job:
     """Build a Job from ``select_bucket_rows``'s column order: pending, or fired when the
-    row has ``fired_at``. A row left by a fire record racing a delete has no kind.
+    row has ``fired_at``. A row left by a fire record racing a delete has no kind; a row
+    written before schema v007 has no priority (the default) and no key.
     (Positional arguments: this runs once per row a poller reads.)"""
-    bucket, shard, fire_at, job_id, due_at, kind, payload, payload_json, attempts, fired_at = row
+    (bucket, shard, fire_at, job_id, due_at, kind, payload, payload_json, attempts, fired_at,
+     priority, key) = row
     return Job(job_id, kind or "", payload or b"", bool(payload_json),
                0 if due_at is None else to_ms(due_at), to_ms(fire_at), bucket, shard,
                Status.PENDING if fired_at is None else Status.FIRED, attempts or 0,
-               None if fired_at is None else to_ms(fired_at), None)
+               None if fired_at is None else to_ms(fired_at), None,
+               DEFAULT_PRIORITY if priority is None else priority, key)
 
 
 def jobs_from_bucket_rows(rows: Sequence[Any], to_ms: Any = int) -> list[Job]:
@@ -68,13 +74,13 @@ def job_params(job: Job, ts: Any = int) -> tuple[Any, ...]:
     """Parameters of ``insert_job``; ``ts`` converts epoch ms to the store's type."""
     return (job.job_id, job.kind, job.data, job.data_json, ts(job.due_ms),
             ts(job.fire_ms), job.bucket, job.shard, str(job.status), job.attempts,
-            None if job.fired_ms is None else ts(job.fired_ms), job.last_error)
+            None if job.fired_ms is None else ts(job.fired_ms), job.last_error, job.priority, job.key)
 
 
 def bucket_params(job: Job, ts: Any = int) -> tuple[Any, ...]:
     """Parameters of ``insert_bucket_row``."""
     return (job.bucket, job.shard, ts(job.fire_ms), job.job_id, ts(job.due_ms), job.kind,
-            job.data, job.data_json, job.attempts)
+            job.data, job.data_json, job.attempts, job.priority, job.key)
 
 
 def partition_chunks(rows: list[tuple[Job, Any]], max_bytes: int,
@@ -141,16 +147,17 @@ def schedule_params(s: Schedule) -> tuple[Any, ...]:
     r = s.rule
     return (s.schedule_id, s.version, str(s.state), s.kind, s.payload, s.payload_json, r.cron, r.every_s,
             r.tz, r.anchor_ms, s.start_ms, s.end_ms, str(s.overlap), str(s.misfire), s.catchup_window_s,
-            s.jitter_s, s.created_ms, s.updated_ms)
+            s.jitter_s, s.created_ms, s.updated_ms, s.priority, s.key)
 
 
 def schedule_from_row(row: Any, skipped: int = 0) -> Schedule:
     """A Schedule from ``select_schedule``'s column order."""
     (sid, version, state, kind, payload, payload_json, cron, every_s, tz, anchor_ms, start_ms, end_ms,
-     overlap, misfire, window, jitter, created, updated) = row[:18]
+     overlap, misfire, window, jitter, created, updated, priority, key) = row[:20]
     rule = Rule(cron=cron, every_s=None if every_s is None else int(every_s), tz=tz or "UTC",
                 anchor_ms=int(anchor_ms or 0))
     return Schedule(sid, kind, rule, bytes(payload or b""), bool(payload_json),
                     None if start_ms is None else int(start_ms), None if end_ms is None else int(end_ms),
                     Overlap(overlap), Misfire(misfire), int(window), int(jitter), int(version),
-                    State(state), int(created or 0), int(updated or 0), skipped)
+                    State(state), int(created or 0), int(updated or 0), skipped,
+                    DEFAULT_PRIORITY if priority is None else int(priority), key)

@@ -9,7 +9,16 @@ from pathlib import Path
 import mmh3
 import pytest
 
-from scheduler.domain.keys import bucket_of, bucket_of_ms, from_ms, jitter_ms, job_hash, shard_of, to_ms
+from scheduler.domain.keys import (
+    bucket_of,
+    bucket_of_ms,
+    from_ms,
+    jitter_ms,
+    job_hash,
+    shard_key,
+    shard_of,
+    to_ms,
+)
 
 VECTORS = json.loads((Path(__file__).parents[2] / "docs" / "keys-vectors.json").read_text("utf-8"))
 
@@ -19,6 +28,32 @@ def test_shard_vectors(vec):
     assert job_hash(vec["job_id"]) == vec["murmur3_x86_32_seed0_unsigned"]
     for count, shard in vec.get("shard", {}).items():
         assert shard_of(vec["job_id"], int(count)) == shard
+
+
+@pytest.mark.parametrize("vec", VECTORS["keyed_shards"], ids=lambda v: f"{v['job_id']}|{v['key']}")
+def test_keyed_shard_vectors(vec):
+    # The placement key is the job's key when it has one, else its id.
+    placed_by = vec["job_id"] if vec["key"] is None else vec["key"]
+    assert mmh3.hash(placed_by.encode("utf-8"), 0, signed=False) == vec["murmur3_x86_32_seed0_unsigned"]
+    for count, shard in vec["shard"].items():
+        assert shard_key(vec["job_id"], vec["key"], int(count)) == shard
+
+
+def test_every_job_of_a_key_is_in_the_key_shard():
+    for count in (1, 7, 16, 1024):
+        shards = {shard_key(f"order-{i}", "customer-42", count) for i in range(200)}
+        assert shards == {shard_of("customer-42", count)}
+        # Without a key, the same ids spread as before keys existed.
+        assert all(shard_key(f"order-{i}", None, count) == shard_of(f"order-{i}", count)
+                   for i in range(200))
+    assert len({shard_key(f"order-{i}", None, 16) for i in range(200)}) == 16
+
+
+def test_the_vectors_file_states_the_keyed_contract():
+    assert "placement key is the job's key when it has one" in VECTORS["description"]
+    keyed = [v for v in VECTORS["keyed_shards"] if v["key"] is not None]
+    assert len({v["key"] for v in keyed}) < len(keyed)  # one key with two ids
+    assert any(v["key"] is None for v in VECTORS["keyed_shards"])
 
 
 def test_known_murmur3_reference_values():

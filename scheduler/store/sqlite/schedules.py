@@ -15,8 +15,8 @@ from ...recurring.schedule import Schedule
 from .. import queries
 from ..rows import bucket_key, schedule_from_row, schedule_params
 
-# The skip counter: the column of ``select_schedule`` after the 18 of the row itself.
-SKIPPED_COLUMN = 18
+# The skip counter: the column of ``select_schedule`` after the 20 of the row itself.
+SKIPPED_COLUMN = 20
 
 
 def _q(name: str) -> str:

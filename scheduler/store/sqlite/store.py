@@ -112,9 +112,10 @@ class SqliteStore(SqliteReplays, SqliteSchedules, SqliteFlow, Store):
             self._db.execute("COMMIT")
 
     def _schema_error(self, exc: sqlite3.OperationalError) -> Exception:
-        """A missing table as ``SchemaError`` (a schema older than this code); any other
-        error as it is."""
-        if "no such table" in str(exc):
+        """A missing table or column as ``SchemaError`` (a schema older than this code,
+        e.g. a v006 store without v007's priority and key); any other error as it is."""
+        text = str(exc)
+        if "no such table" in text or "no such column" in text or "has no column named" in text:
             return SchemaError(f"store {self.url} has no scheduler schema or an older one ({exc}); "
                                "run `scheduler schema apply`")
         return exc
