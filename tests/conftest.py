@@ -131,6 +131,32 @@ def make_store(kind: str, request: Any, tmp_path: Any, options: SchemaOptions | 
     return store
 
 
+def drop_table(store: Store, table: str) -> None:
+    """Drop one table of a store, as if the schema version that created it had not been
+    applied. (Code of schema v007 or later cannot write jobs to a store older than v007,
+    so "a store before vN" for N < 7 is a current store without vN's table.)"""
+    if hasattr(store, "session"):
+        store.session.execute(f"DROP TABLE {store.keyspace}.{table}")  # type: ignore[attr-defined]
+    else:
+        with store._tx() as db:  # type: ignore[attr-defined]
+            db.execute(f"DROP TABLE {table}")
+
+
+def reapply_version(store: Store, version: int) -> None:
+    """Run one schema version's statements again (every one is CREATE ... IF NOT EXISTS):
+    what `schema apply` did for a store that had not had that version."""
+    from scheduler.store import queries
+
+    cassandra = hasattr(store, "session")
+    [text] = [t for v, _, t in queries.versions("versions" if cassandra else "sqlite") if v == version]
+    for stmt in queries.statements(text):
+        if cassandra:
+            store.session.execute(stmt.replace("{keyspace}", store.keyspace))  # type: ignore[attr-defined]
+        else:
+            with store._tx() as db:  # type: ignore[attr-defined]
+                db.execute(stmt)
+
+
 def bucket_job(job_id: str, fire_ms: int, kind: str = "k", shard: int = 0, data: bytes = b"{}") -> Job:
     """A pending job due at ``fire_ms`` in its 60 s bucket, for tests that write rows
     straight into a store."""

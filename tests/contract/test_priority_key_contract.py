@@ -103,22 +103,24 @@ def test_bad_priority_or_key_writes_nothing(kstore, clock, make_client, bad):
 def test_retry_replay_and_refire_keep_priority_and_key(kstore, clock):
     client = Client(kstore, clock=clock)
     app = App()
-    calls: list[tuple[int, int, str | None]] = []
+    calls: list[tuple[int, int, str | None, int]] = []
 
     @app.handler("flaky", max_attempts=2, backoff_base_s=1)
     def flaky(job):
-        calls.append((job.attempt, job.priority, job.key))
+        # The retry's row is in the key's shard too (the recorder places it).
+        calls.append((job.attempt, job.priority, job.key, job.shard))
         raise ValueError("broken")
 
     @app.handler("ok")
     def ok(job):
-        calls.append((0, job.priority, job.key))
+        calls.append((0, job.priority, job.key, job.shard))
 
     client.schedule("f1", T0 + timedelta(seconds=5), "flaky", priority=8, key="tenant-1")
     client.schedule("g1", T0 + timedelta(seconds=5), "ok", priority=1, key="tenant-2")
     poller = make_poller(kstore, clock, None, app=app, shards=range(SHARDS))
     drive(poller, clock, 30)
-    assert sorted(calls) == [(0, 1, "tenant-2"), (1, 8, "tenant-1"), (2, 8, "tenant-1")]
+    t1, t2 = shard_of("tenant-1", SHARDS), shard_of("tenant-2", SHARDS)
+    assert sorted(calls) == [(0, 1, "tenant-2", t2), (1, 8, "tenant-1", t1), (2, 8, "tenant-1", t1)]
     dead = client.get("f1")
     assert (dead.status, dead.priority, dead.key) == (Status.DEAD, 8, "tenant-1")
     [replayed] = client.replay_dead(["f1"])
@@ -176,11 +178,12 @@ def _write_v006_rows(store: Store, store_kind: str, tmp_path: Any) -> None:
     if store_kind == "sqlite":
         db = sqlite3.connect(f"{tmp_path}/store.db")
         with db:
-            db.execute("INSERT INTO jobs_by_bucket (bucket, shard, fire_at, job_id, due_at, kind, payload, "
-                       "payload_json, attempts, expires_at) VALUES (?, ?, ?, 'old', ?, 'k', X'6E756C6C', 1, 0, ?)",
+            db.execute("INSERT INTO jobs_by_bucket (bucket, shard, fire_at, job_id, due_at, kind, "
+                       "payload, payload_json, attempts, expires_at) "
+                       "VALUES (?, ?, ?, 'old', ?, 'k', X'6E756C6C', 1, 0, ?)",
                        (bucket, shard, fire, fire, 2**62))
-            db.execute("INSERT INTO jobs (job_id, kind, payload, payload_json, due_at, fire_at, bucket, shard, "
-                       "status, attempts, expires_at) VALUES ('old', 'k', X'6E756C6C', 1, ?, ?, ?, ?, "
+            db.execute("INSERT INTO jobs (job_id, kind, payload, payload_json, due_at, fire_at, bucket, "
+                       "shard, status, attempts, expires_at) VALUES ('old', 'k', X'6E756C6C', 1, ?, ?, ?, ?, "
                        "'pending', 0, ?)", (fire, fire, bucket, shard, 2**62))
             db.execute("INSERT INTO schedules (schedule_id, version, state, kind, payload, payload_json, "
                        "every_s, tz, anchor_ms, overlap, misfire, catchup_window_s, jitter_s, created_ms, "
@@ -190,8 +193,9 @@ def _write_v006_rows(store: Store, store_kind: str, tmp_path: Any) -> None:
         return
     ks, session = store.keyspace, store.session  # type: ignore[attr-defined]
     at = from_ms(fire)
-    session.execute(f"INSERT INTO {ks}.jobs_by_bucket (bucket, shard, fire_at, job_id, due_at, kind, payload, "
-                    "payload_json, attempts) VALUES (%s, %s, %s, 'old', %s, 'k', 0x6E756C6C, true, 0)",
+    session.execute(f"INSERT INTO {ks}.jobs_by_bucket (bucket, shard, fire_at, job_id, due_at, kind, "
+                    "payload, payload_json, attempts) "
+                    "VALUES (%s, %s, %s, 'old', %s, 'k', 0x6E756C6C, true, 0)",
                     (bucket, shard, at, at))
     session.execute(f"INSERT INTO {ks}.jobs (job_id, kind, payload, payload_json, due_at, fire_at, bucket, "
                     "shard, status, attempts) VALUES ('old', 'k', 0x6E756C6C, true, %s, %s, %s, %s, "

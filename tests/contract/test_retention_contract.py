@@ -93,20 +93,20 @@ def _write_v001_jobs(store: Store, jobs: list[Any]) -> None:
         for job in jobs:
             store.session.execute(
                 f"INSERT INTO {ks}.jobs_by_bucket (bucket, shard, fire_at, job_id, due_at, kind, payload, "
-                "payload_json, attempts) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)", bucket_params(job))
+                "payload_json, attempts) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)", bucket_params(job)[:9])
             store.session.execute(
                 f"INSERT INTO {ks}.jobs (job_id, kind, payload, payload_json, due_at, fire_at, bucket, "
                 "shard, status, attempts, fired_at, last_error) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", job_params(job))
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", job_params(job)[:12])
     else:
         db = store._db  # type: ignore[attr-defined]
         db.executemany("INSERT INTO jobs_by_bucket (bucket, shard, fire_at, job_id, due_at, kind, payload, "
                        "payload_json, attempts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                       [bucket_params(j) for j in jobs])
+                       [bucket_params(j)[:9] for j in jobs])  # v001 had no priority, key
         db.executemany("INSERT INTO jobs (job_id, kind, payload, payload_json, due_at, fire_at, bucket, "
                        "shard, status, attempts, fired_at, last_error) "
                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                       [job_params(j) for j in jobs])
+                       [job_params(j)[:12] for j in jobs])
 
 
 def test_a_v001_keyspace_is_upgraded_in_place_and_its_jobs_still_fire(store_kind, request, tmp_path):
