@@ -63,7 +63,7 @@ class Job(NamedTuple):
     fired_ms: int | None = None
     last_error: str | None = None
     # flow.DEFAULT_PRIORITY (flow imports this module, so it cannot be imported here;
-    # tests/unit/test_model.py checks that the two agree).
+    # tests/unit/test_priority_key_cli.py checks that the two agree).
     priority: int = 5
     key: str | None = None
 

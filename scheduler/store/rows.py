@@ -5,11 +5,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..domain.flow import DEFAULT_PRIORITY
+from ..domain.flow import DEFAULT_PRIORITY, PRIORITIES
 from ..domain.model import POISON_KIND, Job, Status
 from ..domain.retention import DEFAULT_DEAD_RETENTION_S, DEFAULT_RETENTION_S, Retention
 from ..recurring.rule import Rule
 from ..recurring.schedule import Misfire, Overlap, Schedule, State
+
+_PRIORITIES = frozenset(PRIORITIES)
+
+
+def priority_of(value: Any) -> int:
+    """A stored priority: None (a row written before schema v007) is the default; a whole
+    number outside 0-9 (written by a producer outside the client's checks) is clamped to
+    0-9 rather than making the row unreadable. Anything else raises ``ValueError``, and
+    the row is a poison row (``jobs_from_bucket_rows``)."""
+    if value is None:
+        return DEFAULT_PRIORITY
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"priority {value!r} is not a whole number")
+    return min(max(value, PRIORITIES[0]), PRIORITIES[-1])
 
 
 def job_from_row(row: Any, to_ms: Any = int) -> Job:
@@ -29,7 +43,7 @@ def job_from_row(row: Any, to_ms: Any = int) -> Job:
         attempts=int(attempts or 0),
         fired_ms=None if fired_at is None else to_ms(fired_at),
         last_error=last_error,
-        priority=DEFAULT_PRIORITY if priority is None else int(priority),
+        priority=priority_of(priority),
         key=key,
     )
 
@@ -45,7 +59,7 @@ def job_from_bucket_row(row: Any, to_ms: Any = int) -> Job:
                0 if due_at is None else to_ms(due_at), to_ms(fire_at), bucket, shard,
                Status.PENDING if fired_at is None else Status.FIRED, attempts or 0,
                None if fired_at is None else to_ms(fired_at), None,
-               DEFAULT_PRIORITY if priority is None else priority, key)
+               priority if priority in _PRIORITIES else priority_of(priority), key)
 
 
 def jobs_from_bucket_rows(rows: Sequence[Any], to_ms: Any = int) -> list[Job]:
@@ -160,4 +174,4 @@ def schedule_from_row(row: Any, skipped: int = 0) -> Schedule:
                     None if start_ms is None else int(start_ms), None if end_ms is None else int(end_ms),
                     Overlap(overlap), Misfire(misfire), int(window), int(jitter), int(version),
                     State(state), int(created or 0), int(updated or 0), skipped,
-                    DEFAULT_PRIORITY if priority is None else int(priority), key)
+                    priority_of(priority), key)
