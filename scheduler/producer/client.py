@@ -138,9 +138,9 @@ class Client(ClientBase):
         """Schedule a job; idempotent by ``job_id``.
 
         Same id and same due time as a stored job: nothing changes and the stored job
-        is returned (kind and payload of the first call stay). Different due time: a
-        reschedule with this call's kind and payload, so the job fires once, at the new
-        time. Returns the stored job.
+        is returned (kind, payload, priority and key of the first call stay). Different
+        due time: a reschedule with this call's kind, payload, priority and key, so the
+        job fires once, at the new time. Returns the stored job.
 
         ``priority``: 0-9, 9 starts first when more jobs are due than can start.
         ``key``: a customer, an account (1-256 bytes of UTF-8, no control characters):

@@ -58,6 +58,13 @@ def test_schedule_get_reschedule_keep_priority_and_key(kstore, clock, make_clien
     moved = client.reschedule("p1", T0 + timedelta(minutes=30))
     assert (moved.priority, moved.key, moved.shard) == (9, "customer-42", job.shard)
     assert stored(kstore, "p1") == (9, "customer-42", job.shard)
+    # The same id and due time again: nothing changes, whatever this call's values.
+    same = client.schedule("p1", T0 + timedelta(minutes=30), "email", priority=1, key="other")
+    assert (same.priority, same.key) == (9, "customer-42")
+    # Another due time: this call's priority and key win, and the key's shard with them.
+    again = client.schedule("p1", T0 + timedelta(minutes=40), "email", priority=1, key="other")
+    assert (again.priority, again.key, again.shard) == (1, "other", shard_of("other", SHARDS))
+    assert stored(kstore, "p1") == (1, "other", again.shard)
     plain = client.schedule("p2", T0 + timedelta(minutes=5), "email")
     assert (plain.priority, plain.key, plain.shard) == (DEFAULT_PRIORITY, None, shard_of("p2", SHARDS))
     assert DEFAULT_PRIORITY == 5
