@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from scheduler import App, Client, InvalidInput, JobSpec, Status
+from scheduler import App, Client, InvalidInput, JobSpec, SchemaError, Status
 from scheduler.domain.clock import FakeClock
 from scheduler.domain.flow import DEFAULT_PRIORITY
 from scheduler.domain.keys import from_ms, shard_key, shard_of
@@ -219,6 +219,14 @@ def test_rows_of_a_v006_store_read_with_the_defaults_after_upgrade(store_kind, r
     try:
         assert st6.meta().schema_version == 6
         _write_v006_rows(st6, store_kind, tmp_path)
+        # Code of v007 on a v006 store: one error naming the fix, for reads and writes alike.
+        early = Client(st6, clock=clock)
+        for call in (lambda: early.get("old"),
+                     lambda: early.schedule("early", T0 + timedelta(minutes=5), "k"),
+                     lambda: st6.read_bucket(0, 0, None, 2**62, 10)):
+            with pytest.raises(SchemaError, match="schema apply"):
+                call()
+        early.close()
         res = st6.apply_schema(SchemaOptions(shard_count=SHARDS), T0_MS)
         assert (res.from_version, res.to_version, res.created) == (6, SCHEMA_VERSION, False)
         assert SCHEMA_VERSION == 7 and st6.meta().schema_version == 7
@@ -231,6 +239,7 @@ def test_rows_of_a_v006_store_read_with_the_defaults_after_upgrade(store_kind, r
         assert (moved.priority, moved.key) == (5, None)
         client.schedule("new", T0 + timedelta(minutes=5), "k", priority=9, key="c")
         assert stored(st6, "new") == (9, "c", shard_of("c", SHARDS))
+        assert st6.get("early") is None  # refused before the upgrade: never written
         client.close()
     finally:
         st6.close()
