@@ -10,66 +10,41 @@ Semantics, the same in both stores:
 - ``clear_limits`` removes the four limits and keeps the pause: ``limits clear`` and
   ``kinds pause/resume`` are separate controls, so clearing a paused kind's limits
   never fires its held jobs.
-- ``flow_limits`` lists only kinds with a limit or a pause: a row with neither (cleared
-  and resumed) is the same as no row.
+- ``flow_limits`` returns the domain's ``Limits``, one per kind with a limit or a pause:
+  a row with neither (cleared and resumed) is the same as no row.
 - ``publish_demand`` upserts one row per (poller, kind); a kind the poller stops
   publishing ages out (Cassandra: a TTL of ``DEMAND_TTL_S``; SQLite: readers drop it by
-  ``at_ms`` and the next publish purges it). ``demands`` returns the rows at most
-  ``max_age_ms`` old.
+  ``at_ms`` and the next publish purges it). ``demands`` returns the domain's ``Demand``
+  rows that ``domain.flow.fresh`` keeps: at most ``max_age_ms`` from now.
 
-Inputs are checked here before anything is written (``InvalidInput``): callers
-validate user text first, but a store must never write a value it cannot read back.
+Inputs are checked here before anything is written (``InvalidInput``), by the domain's
+rules (``domain.flow``) where it has one: callers validate user text first, but a store
+must never write a value it cannot read back.
 """
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
+from ..domain.flow import Demand, Limits, check_count, check_rate, fresh
 from ..domain.model import check_kind
 from ..errors import InvalidInput
 
 # A published demand row lives this long unless written again: a poller publishes
 # every ~1 s, so a killed poller's share is gone from every reader within 10 s.
 DEMAND_TTL_S = 10
+# Cassandra's int and bigint columns. The limit counts need no check of their own:
+# the domain's bound (domain.flow.MAX_LIMIT, 1e9) is below INT32_MAX.
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 MAX_POLLER_BYTES = 256
 LIMIT_FIELDS = ("rate_per_s", "burst", "concurrency", "per_key_concurrency")
 
 
-@dataclass(frozen=True)
-class FlowRow:
-    """One kind's limits and pause. None: no such limit."""
-
-    kind: str
-    rate_per_s: float | None = None
-    burst: int | None = None
-    concurrency: int | None = None
-    per_key_concurrency: int | None = None
-    paused: bool = False
-    updated_ms: int | None = None
-
-    @property
-    def empty(self) -> bool:
-        """No limit and no pause: the same as no row."""
-        return not self.paused and all(getattr(self, f) is None for f in LIMIT_FIELDS)
-
-
-class Demand(NamedTuple):
-    """What one poller last said about one kind: jobs due and waiting, handlers running."""
-
-    poller: str
-    kind: str
-    demand: int
-    running: int
-    at_ms: int
-
-
 def _int(name: str, value: object, low: int, high: int) -> int:
+    """A time or a demand counter (the domain has no rule for these): an int in range."""
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise InvalidInput(f"{name} must be an integer from {low} to {high}, got {value!r}")
     return value
@@ -77,20 +52,19 @@ def _int(name: str, value: object, low: int, high: int) -> int:
 
 def check_limits(kind: object, rate_per_s: object, burst: object, concurrency: object,
                  per_key_concurrency: object, now_ms: object) -> dict[str, Any]:
-    """The limit fields given (not None), checked: ``InvalidInput`` for a bad kind, a
-    rate that is not a finite number above 0, or a count outside 1..2^31-1."""
+    """The limit fields given (not None), checked by the domain's rules (``check_kind``,
+    ``check_rate``, ``check_count``): ``InvalidInput`` for a bad value, naming it. An int
+    rate comes back as a float. Not ``Limits.check``: a call that gives a burst alone
+    keeps the stored rate, which this call cannot see."""
     check_kind(kind)
     _int("now_ms", now_ms, 0, INT64_MAX)
     given: dict[str, Any] = {}
     if rate_per_s is not None:
-        if (isinstance(rate_per_s, bool) or not isinstance(rate_per_s, int | float)
-                or not math.isfinite(rate_per_s) or rate_per_s <= 0):
-            raise InvalidInput(f"rate_per_s must be a finite number above 0, got {rate_per_s!r}")
-        given["rate_per_s"] = float(rate_per_s)
+        given["rate_per_s"] = check_rate(rate_per_s)
     for name, value in (("burst", burst), ("concurrency", concurrency),
                         ("per_key_concurrency", per_key_concurrency)):
         if value is not None:
-            given[name] = _int(name, value, 1, INT32_MAX)
+            given[name] = check_count(name, value)
     return given
 
 
@@ -141,22 +115,24 @@ def check_age(now_ms: object, max_age_ms: object) -> int:
     return _int("now_ms", now_ms, 0, INT64_MAX) - _int("max_age_ms", max_age_ms, 0, INT64_MAX)
 
 
-def flow_rows(rows: Sequence[Sequence[Any]]) -> list[FlowRow]:
-    """``(kind, rate, burst, concurrency, per_key, paused, updated_ms)`` rows as FlowRows,
-    by kind, without the empty ones (see ``FlowRow.empty``)."""
-    out = [FlowRow(str(k), None if r is None else float(r), None if b is None else int(b),
-                   None if c is None else int(c), None if p is None else int(p), bool(z),
-                   None if u is None else int(u))
-           for k, r, b, c, p, z, u in rows]
-    return sorted((f for f in out if not f.empty), key=lambda f: f.kind)
+def limits_rows(rows: Sequence[Sequence[Any]]) -> list[Limits]:
+    """``(kind, rate, burst, concurrency, per_key, paused, updated_ms)`` rows as Limits, by
+    kind, without the rows with no limit and no pause (the same as no row). ``updated_ms``
+    is written for whoever reads the table by hand; no caller needs it. Not checked: a
+    value written outside the store (by cqlsh, say) is returned as it is, so one bad row
+    cannot stop every poller's reads."""
+    out = [Limits(str(k), None if r is None else float(r), None if b is None else int(b),
+                  None if c is None else int(c), None if p is None else int(p), bool(z))
+           for k, r, b, c, p, z, _updated_ms in rows]
+    return sorted((f for f in out if f.paused or any(getattr(f, n) is not None for n in LIMIT_FIELDS)),
+                  key=lambda f: f.kind)
 
 
-def fresh(rows: Sequence[Sequence[Any]], oldest_ms: int) -> list[Demand]:
-    """``(poller, kind, demand, running, at_ms)`` rows at least as new as ``oldest_ms``,
-    by poller and kind."""
-    out = [Demand(str(p), str(k), int(d), int(r), int(a)) for p, k, d, r, a in rows
-           if a is not None and int(a) >= oldest_ms]
-    return sorted(out, key=lambda d: (d.poller, d.kind))
+def demand_rows(rows: Sequence[Sequence[Any]], now_ms: int, max_age_ms: int) -> list[Demand]:
+    """``(poller, kind, demand, running, at_ms)`` rows as the domain's ``fresh`` keeps
+    them (at most ``max_age_ms`` from ``now_ms``, either way), by poller and kind."""
+    return fresh((Demand(str(p), str(k), int(d), int(r), int(a)) for p, k, d, r, a in rows
+                  if a is not None), now_ms, max_age_ms)
 
 
 class FlowTables(ABC):
@@ -179,7 +155,7 @@ class FlowTables(ABC):
         """Remove ``kind``'s four limits, keeping its pause. Idempotent."""
 
     @abstractmethod
-    def flow_limits(self) -> list[FlowRow]:
+    def flow_limits(self) -> list[Limits]:
         """Every kind with a limit or a pause, by kind: one read (Cassandra: one
         partition), cheap enough for every poller to call each second."""
 
@@ -192,5 +168,5 @@ class FlowTables(ABC):
 
     @abstractmethod
     def demands(self, now_ms: int, max_age_ms: int) -> list[Demand]:
-        """Every poller's rows published at most ``max_age_ms`` before ``now_ms``, by
-        poller and kind: one read."""
+        """Every poller's rows published at most ``max_age_ms`` before (or after: a
+        publisher whose clock runs far ahead) ``now_ms``, by poller and kind: one read."""

@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
+from ..domain.flow import Demand, Limits
 from ..domain.layout import Layout, Layouts
 from ..domain.model import Job
 from ..domain.progress import Checkpoint
@@ -46,7 +47,6 @@ from .base import (
     ShardCheckpoint,
     StoreMeta,
 )
-from .flow import Demand, FlowRow
 from .history import Replay
 
 __all__ = [
@@ -169,7 +169,7 @@ class Flow(Protocol):
                    concurrency: int | None, per_key_concurrency: int | None, now_ms: int) -> None: ...
     def set_paused(self, kind: str, paused: bool, now_ms: int) -> None: ...
     def clear_limits(self, kind: str) -> None: ...
-    def flow_limits(self) -> list[FlowRow]: ...
+    def flow_limits(self) -> list[Limits]: ...
     def publish_demand(self, poller: str, entries: Sequence[tuple[str, int, int]], now_ms: int) -> None: ...
     def demands(self, now_ms: int, max_age_ms: int) -> list[Demand]: ...
 

@@ -12,10 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from scheduler.domain.flow import Demand, Limits
 from scheduler.errors import InvalidInput, SchemaError
 from scheduler.store import SchemaOptions, Store
 from scheduler.store.base import SCHEMA_VERSION
-from scheduler.store.flow import DEMAND_TTL_S, Demand, FlowRow
+from scheduler.store.flow import DEMAND_TTL_S
 from tests.conftest import make_store
 
 T0_MS = 1_800_000_000_000
@@ -26,8 +27,8 @@ def test_limits_round_trip_in_kind_order(store: Store):
     store.set_limits("sms", 2.5, 10, None, None, T0_MS)
     store.set_limits("email", 100.0, 50, 8, 2, T0_MS + 1)
     assert store.flow_limits() == [
-        FlowRow("email", 100.0, 50, 8, 2, False, T0_MS + 1),
-        FlowRow("sms", 2.5, 10, None, None, False, T0_MS),
+        Limits("email", 100.0, 50, 8, 2, False),
+        Limits("sms", 2.5, 10, None, None, False),
     ]
 
 
@@ -35,7 +36,7 @@ def test_set_writes_only_the_fields_given_and_keeps_the_pause(store: Store):
     store.set_limits("email", 10.0, 20, 5, None, T0_MS)
     store.set_paused("email", True, T0_MS + 1)
     store.set_limits("email", None, None, 7, 3, T0_MS + 2)
-    assert store.flow_limits() == [FlowRow("email", 10.0, 20, 7, 3, True, T0_MS + 2)]
+    assert store.flow_limits() == [Limits("email", 10.0, 20, 7, 3, True)]
     store.set_limits("email", 1, None, None, None, T0_MS + 3)  # an int rate is a rate
     assert store.flow_limits()[0].rate_per_s == 1.0
 
@@ -45,7 +46,7 @@ def test_a_set_with_no_field_writes_nothing(store: Store):
     assert store.flow_limits() == []
     store.set_limits("email", 3.0, None, None, None, T0_MS)
     store.set_limits("email", None, None, None, None, T0_MS + 5)
-    assert store.flow_limits() == [FlowRow("email", 3.0, updated_ms=T0_MS)]
+    assert store.flow_limits() == [Limits("email", 3.0)]
 
 
 def test_clear_removes_the_limits_and_keeps_a_pause(store: Store):
@@ -57,7 +58,7 @@ def test_clear_removes_the_limits_and_keeps_a_pause(store: Store):
     [email, sms] = store.flow_limits()
     assert (email.kind, email.paused, email.rate_per_s, email.burst, email.concurrency,
             email.per_key_concurrency) == ("email", True, None, None, None, None)
-    assert sms == FlowRow("sms", 1.0, updated_ms=T0_MS)
+    assert sms == Limits("sms", 1.0)
     store.clear_limits("sms")
     store.clear_limits("never-set")
     assert [f.kind for f in store.flow_limits()] == ["email"]
@@ -67,9 +68,9 @@ def test_pause_and_resume_keep_the_limits(store: Store):
     store.set_limits("email", 10.0, None, None, None, T0_MS)
     store.set_paused("email", True, T0_MS + 1)
     store.set_paused("email", True, T0_MS + 1)  # idempotent
-    assert store.flow_limits() == [FlowRow("email", 10.0, paused=True, updated_ms=T0_MS + 1)]
+    assert store.flow_limits() == [Limits("email", 10.0, paused=True)]
     store.set_paused("email", False, T0_MS + 2)
-    assert store.flow_limits() == [FlowRow("email", 10.0, updated_ms=T0_MS + 2)]
+    assert store.flow_limits() == [Limits("email", 10.0)]
     # A pause alone is a row; resumed with no limit, the kind has no row at all.
     store.set_paused("sms", True, T0_MS + 3)
     assert [(f.kind, f.paused) for f in store.flow_limits()] == [("email", False), ("sms", True)]
@@ -96,6 +97,15 @@ def test_demand_round_trip_and_freshness(store: Store):
     assert [d.at_ms for d in store.demands(T0_MS + 1_500, 10_000)] == [T0_MS + 1_000, T0_MS, T0_MS + 500]
 
 
+def test_a_demand_from_a_clock_far_ahead_is_not_fresh(store: Store):
+    """The domain's ``fresh`` in both stores: a row more than the max age after the
+    reader's now (its poller's clock runs ahead) is left out, as a stale one is."""
+    store.publish_demand("ahead", [("email", 3, 0)], T0_MS + 60_000)
+    store.publish_demand("here", [("email", 2, 1)], T0_MS)
+    assert store.demands(T0_MS + 1_000, 5_000) == [Demand("here", "email", 2, 1, T0_MS)]
+    assert [d.poller for d in store.demands(T0_MS + 58_000, 5_000)] == ["ahead"]
+
+
 def test_demand_rows_expire_without_a_reader_filter(store: Store, store_kind: str):
     """A killed poller's rows vanish: Cassandra writes them with a TTL; the embedded
     store purges them at the next publish of any poller."""
@@ -116,7 +126,7 @@ def test_the_async_door_reaches_the_flow_rows(store: Store):
     async def read() -> Any:
         return await store.acall("flow_limits"), await store.acall("demands", T0_MS, 1_000)
 
-    assert asyncio.run(read()) == ([FlowRow("email", 5.0, updated_ms=T0_MS)], [])
+    assert asyncio.run(read()) == ([Limits("email", 5.0)], [])
 
 
 BAD_CALLS: list[tuple[str, tuple[Any, ...]]] = [
@@ -135,6 +145,10 @@ BAD_CALLS: list[tuple[str, tuple[Any, ...]]] = [
     ("set_limits", ("email", 1.0, None, 1.5, None, T0_MS)),
     ("set_limits", ("email", 1.0, False, None, None, T0_MS)),
     ("set_limits", ("email", 1.0, None, None, None, None)),
+    # The domain's bounds (domain.flow): below one a day, above 1e9.
+    ("set_limits", ("email", 1e-6, None, None, None, T0_MS)),
+    ("set_limits", ("email", 2e9, None, None, None, T0_MS)),
+    ("set_limits", ("email", None, None, 10**9 + 1, None, T0_MS)),
     ("set_paused", ("email", 1, T0_MS)),
     ("set_paused", ("email", None, T0_MS)),
     ("set_paused", ("x" * 65, True, T0_MS)),
@@ -181,7 +195,7 @@ def test_any_limit_values_are_written_whole_or_refused_with_nothing_written(
     except InvalidInput:
         assert store.flow_limits() == before
     else:
-        [row] = [f for f in store.flow_limits() if f.kind == kind] or [FlowRow(kind)]
+        [row] = [f for f in store.flow_limits() if f.kind == kind] or [Limits(kind)]
         for field, value in (("rate_per_s", rate), ("burst", burst), ("concurrency", conc),
                              ("per_key_concurrency", per_key)):
             if value is not None:
@@ -210,6 +224,6 @@ def test_a_v005_store_refuses_flow_rows_until_upgraded(store_kind, request, tmp_
         assert st5.meta().schema_version == SCHEMA_VERSION
         assert st5.flow_limits() == [] and st5.demands(T0_MS, 1_000) == []
         st5.set_limits("email", 1.0, None, None, None, T0_MS)
-        assert st5.flow_limits() == [FlowRow("email", 1.0, updated_ms=T0_MS)]
+        assert st5.flow_limits() == [Limits("email", 1.0)]
     finally:
         st5.close()

@@ -8,17 +8,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ...domain.flow import Demand, Limits
 from ...domain.model import check_kind
 from ..flow import (
     DEMAND_TTL_S,
-    Demand,
-    FlowRow,
     check_age,
     check_demand,
     check_limits,
     check_pause,
-    flow_rows,
-    fresh,
+    demand_rows,
+    limits_rows,
 )
 from .run import Batch, CqlSteps, Many, Run, dual
 
@@ -55,8 +54,8 @@ class CassandraFlow:
         yield Run("clear_flow_limits", (kind,), f"clearing the limits of kind {kind!r}")
 
     @dual
-    def flow_limits(self) -> CqlSteps[list[FlowRow]]:
-        return flow_rows((yield Run("select_flow_limits", (), "reading the flow limits")))
+    def flow_limits(self) -> CqlSteps[list[Limits]]:
+        return limits_rows((yield Run("select_flow_limits", (), "reading the flow limits")))
 
     @dual
     def publish_demand(self, poller: str, entries: Sequence[tuple[str, int, int]],
@@ -70,5 +69,6 @@ class CassandraFlow:
 
     @dual
     def demands(self, now_ms: int, max_age_ms: int) -> CqlSteps[list[Demand]]:
-        oldest = check_age(now_ms, max_age_ms)
-        return fresh((yield Run("select_flow_demand", (), "reading the fleet's demand")), oldest)
+        check_age(now_ms, max_age_ms)
+        rows = yield Run("select_flow_demand", (), "reading the fleet's demand")
+        return demand_rows(rows, now_ms, max_age_ms)

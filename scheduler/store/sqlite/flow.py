@@ -10,18 +10,17 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
+from ...domain.flow import Demand, Limits
 from ...domain.model import check_kind
 from .. import queries
 from ..flow import (
     DEMAND_TTL_S,
-    Demand,
-    FlowRow,
     check_age,
     check_demand,
     check_limits,
     check_pause,
-    flow_rows,
-    fresh,
+    demand_rows,
+    limits_rows,
 )
 
 
@@ -55,8 +54,8 @@ class SqliteFlow:
             db.execute(_q("clear_flow_limits"), (kind,))
             db.execute(_q("delete_empty_flow_limits"), (kind,))
 
-    def flow_limits(self) -> list[FlowRow]:
-        return flow_rows(self._all(_q("select_flow_limits"), ()))
+    def flow_limits(self) -> list[Limits]:
+        return limits_rows(self._all(_q("select_flow_limits"), ()))
 
     def publish_demand(self, poller: str, entries: Sequence[tuple[str, int, int]], now_ms: int) -> None:
         rows = [(poller, k, d, r, now_ms) for k, d, r in check_demand(poller, entries, now_ms)]
@@ -68,4 +67,4 @@ class SqliteFlow:
 
     def demands(self, now_ms: int, max_age_ms: int) -> list[Demand]:
         oldest = check_age(now_ms, max_age_ms)
-        return fresh(self._all(_q("select_flow_demand"), (oldest,)), oldest)
+        return demand_rows(self._all(_q("select_flow_demand"), (oldest,)), now_ms, max_age_ms)
