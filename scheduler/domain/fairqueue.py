@@ -344,3 +344,52 @@ class FairQueue(Generic[J]):
         finally:
             if not keys:
                 del self._keys[(prio, kind)]
+
+    # --- what the poller's queue needs besides taking --------------------------------
+
+    def get(self, job_id: str) -> J | None:
+        """The queued job with this id, if any."""
+        queued = self._live.get(job_id)
+        return None if queued is None else queued[1]
+
+    def jobs(self) -> list[J]:
+        """Every queued job, due or not."""
+        return [job for _, job in self._live.values()]
+
+    def clear(self) -> list[J]:
+        """Remove and return every queued job (shutdown)."""
+        out = self.jobs()
+        for job in out:
+            self.remove(job.job_id)
+        return out
+
+    def waiting_kinds(self) -> dict[str, int]:
+        """kind -> due jobs waiting, for the kinds with any (as of the last take)."""
+        return {kind: n for kind, n in self._ready.items() if n > 0}
+
+    def take_excess(self, kind: str, n: int) -> list[J]:
+        """Remove and return up to ``n`` of ``kind``'s due waiting jobs, to be placed later:
+        lowest priority first, and within a priority from the keys with the most waiting
+        (the water level falls on the largest keys first, so a small key keeps its jobs),
+        each key's newest first. What stays is what would start first."""
+        out: list[J] = []
+        for prio in range(10):
+            if len(out) >= n:
+                break
+            lanes: dict[str | None, list[Entry[J]]] = {}
+            for (k, p, key), heap in self._lanes.items():
+                if k == kind and p == prio:
+                    live = [e for e in heap if self._live.get(e[2].job_id, (None,))[0] == e[1]]
+                    if live:
+                        lanes[key] = sorted(live)
+            sizes = [(-len(v), str(key), key) for key, v in lanes.items()]
+            heapq.heapify(sizes)
+            while sizes and len(out) < n:
+                size, name, big = heapq.heappop(sizes)
+                entries = lanes[big]
+                out.append(entries.pop()[2])  # its newest
+                if entries:
+                    heapq.heappush(sizes, (size + 1, name, big))
+        for job in out:
+            self.remove(job.job_id)
+        return out

@@ -86,6 +86,17 @@ class PollerMetrics:
                                     "1 while firing is refused for clock skew", registry=r)
         self.throttled = Counter("scheduler_release_throttled",
                                  "Due jobs held back by the dispatch-rate bound", registry=r)
+        self.throttled_kind = Counter(
+            "scheduler_throttled", "Starts refused by a kind's flow limit, by kind and reason "
+            "(rate, concurrency or key)", ["kind", "reason"], registry=r)
+        self.deferred = Counter("scheduler_deferred_jobs",
+                                "Due jobs of a throttled kind placed later to free the read buffer",
+                                ["kind"], registry=r)
+        self.held = Gauge("scheduler_held_jobs", "Jobs of a paused kind this poller holds", ["kind"],
+                          registry=r)
+        self.flow_limit = Gauge("scheduler_flow_limit", "This poller's part of a kind's fleet-wide "
+                                "limit: rate (starts per second) or concurrency (handlers)",
+                                ["kind", "limit"], registry=r)
         self.buffered = Gauge("scheduler_buffered_jobs", "Jobs read and not yet complete", registry=r)
         self.store_failing = Gauge("scheduler_store_failing_seconds",
                                    "Seconds since the store's calls started failing (0: healthy)",

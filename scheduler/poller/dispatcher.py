@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from ..domain.dispatch import Outcome
 from ..domain.model import OCCURRENCE_PREFIX, Job
+from .occurrences import WAIT
 from .shared import Core
 
 # Occurrences dispatched fewer than this at once wait up to GATE_LINGER_S for more, so
@@ -33,24 +35,58 @@ def due_jobs(core: Core) -> list[Job]:
     them as dispatched; the caller must run or requeue every one. A function of the core
     alone, so that an async app's loop can take jobs itself (``AsyncWorkers.take``)
     without a dispatcher to exist first."""
-    if not core.lease():
+    if not core.lease() or not core.flow_ready.is_set():
         return []
     flight = core.flight
     with core.cond:
-        free = flight.cap - flight.in_flight()
-        if core.paused_reason is not None or core.stopping.is_set() or free <= 0:
+        if core.paused_reason is not None or core.stopping.is_set():
             return []
-        jobs = core.due.pop_ready(core.clock.now_ms(), free)
+        now = core.clock.now_ms()
+        queue = core.due
+        # Called with no room too: due jobs still move to the fair stage, where a
+        # throttled kind's excess is found and placed later (see flowqueue.py).
+        jobs = queue.pop_ready(now, flight.cap - flight.in_flight())
         flight.dispatched += len(jobs)
         shards = core.shards
         for job in jobs:
             st = shards.get(job.shard)
             if st is not None:
                 st.running += 1
-        if core.due.throttled:
-            core.metrics.throttled.inc(core.due.throttled)
-            core.due.throttled = 0
+        if queue.throttled:
+            core.metrics.throttled.inc(queue.throttled)
+            queue.throttled = 0
+        _count_refusals(core)
+        _place_later(core, now)
         return jobs
+
+
+def _count_refusals(core: Core) -> None:
+    refused = core.due.fair.throttled
+    if refused:
+        for (kind, reason), n in refused.items():
+            if reason != "paused":  # held jobs have their own gauge
+                core.metrics.throttled_kind.labels(kind, reason).inc(n)
+        refused.clear()
+
+
+def _place_later(core: Core, now: int) -> None:
+    """Hand a throttled or paused kind's excess to the recorder, which places each job
+    later as it does a recurring occurrence that waits: its row completes (the checkpoint
+    passes it) and the job is read again at its new time. Caller holds ``core.cond``."""
+    excess = core.due.excess(now)
+    if not excess:
+        return
+    outcomes = []
+    for job, at_ms, why in excess:
+        st = core.shards.get(job.shard)
+        if st is None:
+            continue  # its shard was given up: its row stays for the next owner
+        st.running += 1  # the recorder counts it down, as for a dispatched job
+        outcomes.append(Outcome(job, False, why, at_ms, False, now, WAIT))
+        if why.startswith("deferred"):
+            core.metrics.deferred.labels(job.kind).inc()
+    if outcomes:
+        core.outcomes.put(outcomes)
 
 
 class Dispatcher:

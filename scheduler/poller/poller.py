@@ -47,6 +47,7 @@ from ..store.roles import Checkpoints, Meta, Ownership
 from .aio import AsyncWorkers
 from .config import PollerConfig, PollerStats
 from .dispatcher import Dispatcher, due_jobs
+from .flow import FlowControl
 from .nudge import Nudges
 from .occurrences import Occurrences
 from .reader import Reader
@@ -88,6 +89,7 @@ class Poller:
                                                       if is_async else ThreadWorkers(core, app))
         self.dispatcher = Dispatcher(core, self.workers)
         self.recorder = Recorder(core)
+        self.flow = FlowControl(core)
         self.nudges = Nudges(core, self.reader.prefetch_ms)
         self._wake = threading.Event()  # set to poll before the interval is up
         self._threads: list[threading.Thread] = []
@@ -282,7 +284,9 @@ class Poller:
             else:
                 listening = True
         self.workers.start()
-        self._threads += [core.start_thread("dispatch", self.dispatcher.run),
+        core.flow_ready.clear()  # nothing starts before the limits and pauses are read
+        self._threads += [core.start_thread("flow", self.flow.run),
+                          core.start_thread("dispatch", self.dispatcher.run),
                           core.start_thread("recorder", self.recorder.run),
                           core.start_thread("reader", lambda: self.reader.run(self._nap))]
         if listening:

@@ -98,8 +98,10 @@ class Recorder:
         core.store_fault.ok()
         with core.cond:
             shards = core.shards
+            due = core.due
             for o in batch:
                 job = o.job
+                due.finished(job)
                 st = shards.get(job.shard)
                 if st is not None:
                     st.running -= 1

@@ -42,6 +42,7 @@ from ..store.roles import (
     BucketReads,
     Checkpoints,
     Firing,
+    Flow,
     JobReads,
     JobWrites,
     Meta,
@@ -50,6 +51,7 @@ from ..store.roles import (
 )
 from .config import PollerConfig, PollerStats
 from .duequeue import DueQueue
+from .flowqueue import FlowQueue
 
 log = logging.getLogger("scheduler.poller")
 
@@ -118,7 +120,7 @@ class Flight:
 
 
 class PollerStore(Meta, Checkpoints, Ownership, BucketReads, Firing, JobReads, JobWrites, Schedules,
-                  Protocol):
+                  Flow, Protocol):
     """What a poller's threads call, together: every role of the store but the dead
     letters, the schema and the connection (its owner closes it). Each role narrows it
     to its own part (``Reader``, ``Recorder``, ``Poller``); ``JobWrites`` and ``JobReads``
@@ -157,7 +159,12 @@ class Core:
         self.cond = threading.Condition()
         self.shards: dict[int, OwnedShard] = {}
         self.ended: dict[int, ShardState] = {}  # the final state of shards no longer held
-        self.due = DueQueue(config.max_rate, config.max_shard_rate, monotonic=clock.monotonic)
+        self.due = FlowQueue(DueQueue(config.max_rate, config.max_shard_rate, monotonic=clock.monotonic),
+                             clock.monotonic)
+        # Set once flow control's limits were read (``flow.FlowControl``): until then
+        # nothing starts. Set from the start for a core whose poller runs no flow thread.
+        self.flow_ready = threading.Event()
+        self.flow_ready.set()
         self.flight = Flight(config.concurrency + config.queue_ahead)
         self.outcomes: queue.SimpleQueue[list[Outcome]] = queue.SimpleQueue()
         self.stopping = threading.Event()  # no more reading or dispatching
@@ -199,6 +206,7 @@ class Core:
         with self.cond:
             for job in jobs:
                 st = self.shards.get(job.shard)
+                self.due.finished(job)
                 if st is not None:
                     st.running -= 1
                     self.due.push(job)

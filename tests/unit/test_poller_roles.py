@@ -62,6 +62,9 @@ class FakeStore:
     def notify_endpoints(self, now_ms: int) -> dict[str, str]:
         return {}
 
+    def flow_limits(self) -> list[Any]:
+        return []  # (flow control: no limits; not in ``calls``)
+
     def claim_shard(self, shard: int, owner: str, epoch: int, initial: int, now_ms: int) -> Checkpoint:
         self._call("claim_shard")
         return Checkpoint(SystemClock().now_ms() // 1000 // 60 * 60 - 120)

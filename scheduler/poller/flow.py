@@ -1,0 +1,128 @@
+"""Flow control on one poller: every ``REFRESH_S`` it reads the fleet-wide limits and
+pauses (one store read), publishes its own demand for each limited kind (jobs due and
+waiting plus handlers running), reads every poller's, and sets its parts of each limit:
+a max-min fair share of the rate (``domain.flow.share``) and of the concurrency
+(``domain.flow.slots``). Every poller computes the same split from the same snapshot,
+so the parts sum to the limit; a change made with ``scheduler limits`` or ``kinds``
+reaches every poller within ``REFRESH_S`` plus a store read.
+
+Under failure: a failed read or publish is logged once (then summarised) and the last
+limits stay in force; the demand rows of a poller that stopped publishing age out after
+``DEMAND_MAX_AGE_MS``, and until then its part stays unused (the fleet runs under the
+limit, never over it). Until its first read succeeds a poller starts nothing
+(``Core.flow_ready``): a paused kind must not fire from a poller that just started. A
+store whose schema predates flow control has no limits: that is said once, and firing
+goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+from ..domain.flow import Limits, by_kind, fresh, share, slots
+from ..errors import SchedulerError, SchemaError
+from ..observe.faults import FaultLog
+from .shared import Core
+
+log = logging.getLogger("scheduler.poller")
+
+REFRESH_S = 1.0
+# Demand rows older than this are ignored: a killed poller's part returns to the
+# others within this time plus one refresh.
+DEMAND_MAX_AGE_MS = 3000
+
+
+class _Row(Protocol):
+    @property
+    def kind(self) -> str: ...
+    @property
+    def rate_per_s(self) -> float | None: ...
+    @property
+    def burst(self) -> int | None: ...
+    @property
+    def concurrency(self) -> int | None: ...
+    @property
+    def per_key_concurrency(self) -> int | None: ...
+    @property
+    def paused(self) -> bool: ...
+
+
+def limits_of(row: _Row) -> Limits:
+    return Limits(row.kind, row.rate_per_s, row.burst, row.concurrency, row.per_key_concurrency,
+                  row.paused)
+
+
+class FlowControl:
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self.fault = FaultLog(log, "flow control's limits", action="flow_limits")
+        self._old_schema_said = False
+        self._kinds: set[str] = set()
+
+    def refresh(self) -> bool:
+        """One round: read, publish, split, apply. False when the store failed (the limits
+        in force stay)."""
+        core = self.core
+        store = core.store
+        try:
+            rows = store.flow_limits()
+        except SchemaError as exc:
+            if not self._old_schema_said:
+                self._old_schema_said = True
+                log.warning("flow control is off: %s", exc, extra={"action": "flow_off"})
+            core.flow_ready.set()
+            return True
+        except SchedulerError as exc:
+            self.fault.failed(exc)
+            return False
+        limits = {limits.kind: limits for limits in map(limits_of, rows)}
+        me = core.name
+        with core.cond:
+            queue = core.due
+            waiting = queue.fair.waiting_kinds()
+            mine: dict[str, tuple[int, int]] = {}
+            for kind, lim in limits.items():
+                if lim.rate_per_s is not None or lim.concurrency is not None:
+                    gate = queue.gates.get(kind)
+                    running = gate.running if gate is not None else 0
+                    mine[kind] = (waiting.get(kind, 0) + running, running)
+        now = core.clock.now_ms()
+        snapshot: dict[str, dict[str, int]] = {}
+        try:
+            if mine:
+                store.publish_demand(me, [(k, d, r) for k, (d, r) in sorted(mine.items())], now)
+                snapshot = by_kind(fresh(store.demands(now, DEMAND_MAX_AGE_MS), now, DEMAND_MAX_AGE_MS))
+        except SchedulerError as exc:
+            self.fault.failed(exc)  # the limits still apply, split on my demand alone below
+        else:
+            self.fault.ok()
+        metrics = core.metrics
+        with core.cond:
+            queue = core.due
+            for kind, lim in limits.items():
+                demands = snapshot.get(kind, {})
+                demands[me] = mine.get(kind, (0, 0))[0]
+                rate = None if lim.rate_per_s is None else share(lim.rate_per_s, demands, me)
+                conc = None if lim.concurrency is None else slots(lim.concurrency, demands, me)
+                queue.set_limits(lim, rate, conc)
+                if rate is not None:
+                    metrics.flow_limit.labels(kind, "rate").set(rate)
+                if conc is not None:
+                    metrics.flow_limit.labels(kind, "concurrency").set(conc)
+            for kind in self._kinds - set(limits):
+                queue.set_limits(Limits(kind), None, None)
+                for which in ("rate", "concurrency"):
+                    metrics.flow_limit.labels(kind, which).set(0)
+            self._kinds = set(limits)
+            for kind in queue.held_kinds():
+                metrics.held.labels(kind).set(queue.held(kind))
+        core.flow_ready.set()
+        return True
+
+    def run(self) -> None:
+        """The flow thread's body, until the poller stops."""
+        core = self.core
+        while not core.stopping.is_set():
+            self.refresh()
+            core.stopping.wait(REFRESH_S)

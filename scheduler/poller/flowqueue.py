@@ -1,0 +1,226 @@
+"""The poller's queue of read jobs, in two stages: the due queue (time order, the poller's
+own rate bounds) and, once due, the fair queue (priorities, turns between kinds and keys,
+and each kind's gate: its share of the fleet-wide rate and concurrency, and its pause).
+Pure like its parts: the caller holds the core's lock and passes the clocks.
+
+It offers the due queue's interface (``push``, ``pop_ready``, ``find``, the discards,
+``drain``), so the reader, the nudges and the dispatcher see one queue wherever a job
+waits. ``pop_ready`` is where a job is *admitted*: it counts against its kind's gate and
+its key until ``finished`` is called for it (its outcome was recorded, or it was handed
+back unstarted).
+
+**Head-of-line blocking.** Jobs read wait here, and the reader stops reading at the
+prefetch bound. A throttled or paused kind with a backlog would fill that bound and stop
+every other kind read behind it. ``excess`` therefore names the jobs of a throttled kind
+beyond what it can start in the next ``HORIZON_S`` (all of a paused kind's): the poller
+places them later in the store (as a recurring occurrence that waits is), so their rows
+complete, the checkpoint passes them, and the memory they held goes to other kinds. A
+deferred job keeps its due time (lateness counts from it) and is never placed earlier
+than it was.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Callable, Collection, Iterator
+
+from ..domain.fairqueue import FairQueue, Gates
+from ..domain.flow import Limits
+from ..domain.model import Job
+from ..domain.progress import Key
+from .duequeue import DueQueue
+
+# A throttled kind keeps this many seconds of its starts queued; beyond that (and
+# KEEP_MIN), its newest waiting jobs are placed later.
+HORIZON_S = 5.0
+KEEP_MIN = 50
+# A paused kind's due jobs are placed this far ahead, again and again while it stays
+# paused: each held job costs one write per HOLD_S, and a resumed kind's jobs are back
+# within HOLD_S.
+HOLD_S = 30.0
+# At most this many jobs of one kind are placed later per dispatcher pass.
+EXCESS_BATCH = 2000
+
+
+class FlowQueue:
+    def __init__(self, due: DueQueue, monotonic: Callable[[], float]) -> None:
+        self.due = due
+        self.fair: FairQueue[Job] = FairQueue()
+        self.gates = Gates(monotonic)
+        self.limits: dict[str, Limits] = {}
+        self._mono = monotonic
+        self._admitted: set[str] = set()
+        # Starts per kind over the last few seconds (the rate a kind limited only by
+        # concurrency or key is seen to drain at), and holds of paused kinds in the
+        # last HOLD_S (a held job is placed again once per HOLD_S while paused).
+        self._starts: dict[str, deque[tuple[float, int]]] = {}
+        self._holds: dict[str, deque[tuple[float, int]]] = {}
+        self.throttled_kinds: set[str] = set()  # refused at least once since the last look
+
+    @property
+    def throttled(self) -> int:
+        """The due queue's refusals at the poller's own rate bounds (``--max-rate``)."""
+        return self.due.throttled
+
+    @throttled.setter
+    def throttled(self, value: int) -> None:
+        self.due.throttled = value
+
+    def __len__(self) -> int:
+        return len(self.due) + len(self.fair)
+
+    # --- limits --------------------------------------------------------------------
+
+    def set_limits(self, limits: Limits, rate_share: float | None, slots: int | None) -> None:
+        """A kind's limits and this poller's parts of them, live."""
+        if limits.limited:
+            self.limits[limits.kind] = limits
+        else:
+            self.limits.pop(limits.kind, None)
+        self.gates.update(limits, rate_share, slots)
+        self.fair.set_key_limit(limits)
+
+    # --- the due queue's interface ----------------------------------------------------
+
+    def push(self, job: Job, at_ms: int | None = None) -> None:
+        """See ``DueQueue.push``; a job of the same id waiting in the fair stage is replaced."""
+        if self.fair.remove(job.job_id):
+            pass
+        self.due.push(job, at_ms)
+
+    def pop_ready(self, now_ms: int, max_n: int) -> list[Job]:
+        """Up to ``max_n`` jobs to start now: every due job moves to the fair stage (within
+        the poller's own rate bounds), then the fair queue picks, each through its kind's
+        gate. Each job returned is admitted: call ``finished`` for it later."""
+        for job in self.due.pop_ready(now_ms, len(self.due)):
+            self.fair.add(job)
+        if max_n <= 0:
+            return []
+        jobs = self.fair.take(max_n, now_ms, self._admit)
+        if jobs:
+            now = self._mono()
+            for kind, n in Counter(j.kind for j in jobs).items():
+                if kind in self.limits:
+                    _log(self._starts, kind, now, n)
+        return jobs
+
+    def _admit(self, job: Job) -> str | None:
+        reason = self.gates.try_start(job.kind)
+        if reason is None:
+            self._admitted.add(job.job_id)
+        else:
+            self.throttled_kinds.add(job.kind)
+        return reason
+
+    def finished(self, job: Job) -> None:
+        """An admitted job ended (recorded, or handed back unstarted); others are ignored."""
+        if job.job_id in self._admitted:
+            self._admitted.discard(job.job_id)
+            self.gates.finished(job.kind)
+            self.fair.finished(job)
+
+    def next_wake_s(self, now_ms: int) -> float:
+        wait = self.due.next_wake_s(now_ms)
+        # Jobs refused by a gate wait for a token or a slot: look again soon.
+        return min(wait, 0.02) if self.fair.waiting_kinds() else wait
+
+    def find(self, keys: Collection[Key]) -> dict[Key, Job]:
+        found = self.due.find(keys)
+        for key in keys:
+            if key not in found and (job := self.fair.get(key[1])) is not None and job.fire_ms == key[0]:
+                found[key] = job
+        return found
+
+    def discard(self, job_id: str, fire_ms: int) -> Job | None:
+        dropped = self.discard_many({(fire_ms, job_id)})
+        return dropped[0] if dropped else None
+
+    def discard_many(self, keys: Collection[Key]) -> list[Job]:
+        dropped = self.due.discard_many(keys)
+        gone = {(j.fire_ms, j.job_id) for j in dropped}
+        for key in keys:
+            job = self.fair.get(key[1])
+            if key not in gone and job is not None and job.fire_ms == key[0]:
+                self.fair.remove(key[1])
+                dropped.append(job)
+        return dropped
+
+    def discard_shard(self, shard: int) -> list[Job]:
+        dropped = self.due.discard_shard(shard)
+        for job in self.fair.jobs():
+            if job.shard == shard:
+                self.fair.remove(job.job_id)
+                dropped.append(job)
+        return dropped
+
+    def _jobs(self) -> Iterator[Job]:
+        yield from self.due._jobs()
+        yield from self.fair.jobs()
+
+    def drain(self) -> list[Job]:
+        return self.due.drain() + self.fair.clear()
+
+    # --- head-of-line blocking ----------------------------------------------------------
+
+    def excess(self, now_ms: int) -> list[tuple[Job, int, str]]:
+        """Jobs to place later, removed from the queue: ``(job, place_at_ms, why)``. A
+        paused kind's waiting jobs all go (``HOLD_S`` ahead, oldest placed first); a
+        throttled kind's beyond what it starts in ``HORIZON_S`` go to when it would start
+        them at its rate. Kinds no gate refused keep everything."""
+        out: list[tuple[Job, int, str]] = []
+        now = self._mono()
+        throttled, self.throttled_kinds = self.throttled_kinds, set()
+        for kind, waiting in self.fair.waiting_kinds().items():
+            limits = self.limits.get(kind)
+            if limits is None:
+                continue
+            if limits.paused:
+                jobs = sorted(self.fair.take_excess(kind, min(waiting, EXCESS_BATCH)),
+                              key=lambda j: (j.due_ms, j.job_id))
+                _log(self._holds, kind, now, len(jobs))
+                at = now_ms + int(HOLD_S * 1000)
+                out += [(job, at + i, "held: its kind is paused") for i, job in enumerate(jobs)]
+                continue
+            if kind not in throttled:
+                continue
+            rate = self._rate(kind, limits, now)
+            keep = max(KEEP_MIN, int(rate * HORIZON_S))
+            if waiting <= 2 * keep:
+                continue
+            jobs = sorted(self.fair.take_excess(kind, min(waiting - keep, EXCESS_BATCH)),
+                          key=lambda j: (j.due_ms, j.job_id))
+            start = now_ms + int(1000 * keep / rate)
+            out += [(job, start + int(1000 * i / rate), "deferred: its kind is throttled")
+                    for i, job in enumerate(jobs)]
+        return out
+
+    def _rate(self, kind: str, limits: Limits, now: float) -> float:
+        """The kind's start rate here: its rate share, else what it started lately (at
+        least one a second)."""
+        gate = self.gates.get(kind)
+        if gate is not None and gate.rate_share is not None and gate.rate_share > 0:
+            return gate.rate_share
+        return max(1.0, _sum(self._starts, kind, now, HORIZON_S) / HORIZON_S)
+
+    def held(self, kind: str) -> int:
+        """Jobs of ``kind`` this poller holds: those it placed ahead in the last ``HOLD_S``."""
+        return _sum(self._holds, kind, self._mono(), HOLD_S + 1)
+
+    def held_kinds(self) -> list[str]:
+        return list(self._holds)
+
+
+def _log(log: dict[str, deque[tuple[float, int]]], kind: str, now: float, n: int) -> None:
+    entries = log.setdefault(kind, deque())
+    entries.append((now, n))
+    while entries and entries[0][0] < now - 2 * HOLD_S:
+        entries.popleft()
+
+
+def _sum(log: dict[str, deque[tuple[float, int]]], kind: str, now: float, window: float) -> int:
+    entries = log.get(kind)
+    if not entries:
+        return 0
+    while entries and entries[0][0] < now - 2 * HOLD_S:
+        entries.popleft()
+    return sum(n for t, n in entries if t >= now - window)
