@@ -1,0 +1,121 @@
+"""The poller's two-stage queue (due queue, then the fair stage behind the kinds' gates),
+pure, on a fake clock."""
+
+from __future__ import annotations
+
+from scheduler.domain.clock import FakeClock
+from scheduler.domain.flow import Limits
+from scheduler.domain.model import Job
+from scheduler.poller.duequeue import DueQueue
+from scheduler.poller.flowqueue import HOLD_S, KEEP_MIN, FlowQueue
+
+
+def job(job_id: str, due_ms: int, kind: str = "k", key: str | None = None, priority: int = 5,
+        shard: int = 0) -> Job:
+    return Job(job_id=job_id, kind=kind, data=b"", data_json=False, due_ms=due_ms, fire_ms=due_ms,
+               bucket=0, shard=shard, key=key, priority=priority)
+
+
+def queue() -> tuple[FlowQueue, FakeClock]:
+    clock = FakeClock()
+    return FlowQueue(DueQueue(monotonic=clock.monotonic), clock.monotonic), clock
+
+
+def test_no_limits_behaves_as_the_due_queue_but_by_priority():
+    q, _ = queue()
+    q.push(job("low", 100, priority=1))
+    q.push(job("high", 200, priority=9))
+    q.push(job("later", 5000, priority=9))
+    assert [j.job_id for j in q.pop_ready(1000, 10)] == ["high", "low"]
+    assert len(q) == 1, "never before its due time"
+    assert q.pop_ready(1000, 10) == []
+
+
+def test_a_rate_limited_kind_does_not_hold_back_another_kind():
+    q, clock = queue()
+    q.set_limits(Limits("slow", rate_per_s=1.0, burst=1), 1.0, None)
+    for i in range(5):
+        q.push(job(f"s{i}", 100, kind="slow"))
+    q.push(job("f", 200, kind="fast"))
+    first = [j.job_id for j in q.pop_ready(1000, 10)]
+    assert first == ["s0", "f"]
+    assert q.pop_ready(1000, 10) == []
+    clock.advance(1.0)
+    assert [j.job_id for j in q.pop_ready(2000, 10)] == ["s1"]
+    assert q.fair.throttled[("slow", "rate")] >= 1
+
+
+def test_a_paused_kind_has_all_its_due_jobs_placed_ahead_oldest_first():
+    q, _ = queue()
+    q.set_limits(Limits("p", paused=True), None, None)
+    for i in range(3):
+        q.push(job(f"p{i}", 100 + i, kind="p"))
+    q.push(job("other", 100))
+    assert [j.job_id for j in q.pop_ready(1000, 10)] == ["other"]
+    out = q.excess(1000)
+    assert [(j.job_id, why.split(":")[0]) for j, _, why in out] == [("p0", "held"), ("p1", "held"),
+                                                                   ("p2", "held")]
+    ats = [at for _, at, _ in out]
+    assert ats == sorted(ats) and ats[0] >= 1000 + HOLD_S * 1000, "placed ahead, in due order"
+    assert len(q) == 0 and q.held("p") == 3
+
+
+def test_a_throttled_kind_keeps_what_it_starts_soon_and_places_the_rest_at_its_rate():
+    q, _ = queue()
+    q.set_limits(Limits("t", rate_per_s=10.0, burst=1), 10.0, None)
+    n = 3 * KEEP_MIN + 10
+    for i in range(n):
+        q.push(job(f"t{i:04d}", 100 + i, kind="t"))
+    q.pop_ready(1000, 100)  # one starts (the burst), the rest are refused
+    out = q.excess(1000)
+    keep = max(KEEP_MIN, 10 * 5)
+    assert len(out) == n - 1 - keep
+    assert all(at > 1000 for _, at, _ in out), "never earlier"
+    kept = {j.job_id for j in q.fair.jobs()}
+    assert kept == {f"t{i:04d}" for i in range(1, 1 + keep)}, "the oldest stay"
+    assert q.excess(1000) == [], "nothing more while it is not refused again"
+
+
+def test_an_unthrottled_kind_keeps_its_backlog():
+    q, _ = queue()
+    q.set_limits(Limits("c", concurrency=1000), None, 1000)
+    for i in range(500):
+        q.push(job(f"c{i}", 100, kind="c"))
+    q.pop_ready(1000, 0)  # no room: nothing starts, nothing is refused by a gate
+    assert q.excess(1000) == []
+
+
+def test_finished_frees_a_slot_only_for_admitted_jobs():
+    q, _ = queue()
+    q.set_limits(Limits("c", concurrency=1), None, 1)
+    a, b = job("a", 100, kind="c"), job("b", 100, kind="c")
+    q.push(a)
+    q.push(b)
+    assert [j.job_id for j in q.pop_ready(1000, 10)] == ["a"]
+    q.finished(b)  # never admitted: ignored
+    assert q.pop_ready(1000, 10) == []
+    q.finished(a)
+    assert [j.job_id for j in q.pop_ready(1000, 10)] == ["b"]
+
+
+def test_find_and_discard_see_jobs_in_either_stage():
+    q, _ = queue()
+    q.set_limits(Limits("p", paused=True), None, None)
+    q.push(job("waiting", 100, kind="p", shard=1))
+    q.push(job("future", 9000, shard=1))
+    q.pop_ready(1000, 10)  # "waiting" moves to the fair stage
+    keys = {(100, "waiting"), (9000, "future")}
+    assert set(q.find(keys)) == keys
+    assert q.find({(101, "waiting")}) == {}, "matched on the fire time too"
+    assert {j.job_id for j in q.discard_shard(1)} == {"waiting", "future"}
+    assert len(q) == 0
+
+
+def test_per_key_fairness_a_small_key_is_not_starved():
+    q, _ = queue()
+    q.set_limits(Limits("k", per_key_concurrency=1), None, None)
+    for i in range(100):
+        q.push(job(f"big{i:03d}", 100, key="big"))
+    q.push(job("small0", 150, key="small"))
+    started = [j.job_id for j in q.pop_ready(1000, 10)]
+    assert started == ["big000", "small0"], "one of each key, then both keys are at their limit"
