@@ -89,10 +89,15 @@ class FlowControl:
                     mine[kind] = (waiting.get(kind, 0) + running, running)
         now = core.clock.now_ms()
         snapshot: dict[str, dict[str, int]] = {}
+        others_running: dict[str, int] = {}
         try:
             if mine:
                 store.publish_demand(me, [(k, d, r) for k, (d, r) in sorted(mine.items())], now)
-                snapshot = by_kind(fresh(store.demands(now, DEMAND_MAX_AGE_MS), now, DEMAND_MAX_AGE_MS))
+                seen = fresh(store.demands(now, DEMAND_MAX_AGE_MS), now, DEMAND_MAX_AGE_MS)
+                snapshot = by_kind(seen)
+                for row in seen:
+                    if row.poller != me:
+                        others_running[row.kind] = others_running.get(row.kind, 0) + row.running
         except SchedulerError as exc:
             self.fault.failed(exc)  # the limits still apply, split on my demand alone below
         else:
@@ -104,7 +109,12 @@ class FlowControl:
                 demands = snapshot.get(kind, {})
                 demands[me] = mine.get(kind, (0, 0))[0]
                 rate = None if lim.rate_per_s is None else share(lim.rate_per_s, demands, me)
-                conc = None if lim.concurrency is None else slots(lim.concurrency, demands, me)
+                conc = None
+                if lim.concurrency is not None:
+                    # Never more than the others leave free: a poller whose part just
+                    # shrank still runs its handlers, and they count until they end.
+                    conc = min(slots(lim.concurrency, demands, me),
+                               max(0, lim.concurrency - others_running.get(kind, 0)))
                 queue.set_limits(lim, rate, conc)
                 if rate is not None:
                     metrics.flow_limit.labels(kind, "rate").set(rate)
