@@ -66,6 +66,16 @@ def parse_rate(text: object) -> float:
     return check_rate(count / RATE_UNITS[unit] if math.isfinite(count) else count)
 
 
+def format_rate(rate_per_s: float) -> str:
+    """A rate per second as ``parse_rate`` reads it: per second, else per minute, else per
+    hour, the first that shows a number of at least 1 (``0.5`` -> ``"30/m"``), to ten
+    significant digits. For people, who set "30/m" and would not recognise 0.5/s."""
+    for unit, seconds in (("s", 1.0), ("m", 60.0)):
+        if rate_per_s * seconds >= 1 - 1e-9:
+            return f"{rate_per_s * seconds:.10g}/{unit}"
+    return f"{rate_per_s * 3600:.10g}/h"
+
+
 def check_rate(rate_per_s: object) -> float:
     """A rate per second, finite, between one a day and 1e9. Raises only InvalidInput."""
     if isinstance(rate_per_s, bool) or not isinstance(rate_per_s, int | float):
