@@ -21,8 +21,12 @@ import logging
 from typing import Protocol
 
 from ..domain.flow import Limits, by_kind, fresh, share, slots
+from ..domain.keys import bucket_of_ms
+from ..domain.model import OCCURRENCE_PREFIX, Job
 from ..errors import SchedulerError, SchemaError
 from ..observe.faults import FaultLog
+from ..store.base import PartRange
+from .flowqueue import HOLD_S
 from .shared import Core
 
 log = logging.getLogger("scheduler.poller")
@@ -59,6 +63,7 @@ class FlowControl:
         self.fault = FaultLog(log, "flow control's limits", action="flow_limits")
         self._old_schema_said = False
         self._kinds: set[str] = set()
+        self._paused: set[str] = set()  # paused at the last read: a kind leaving it was resumed
 
     def refresh(self) -> bool:
         """One round: read, publish, split, apply. False when the store failed (the limits
@@ -125,10 +130,59 @@ class FlowControl:
                 for which in ("rate", "concurrency"):
                     metrics.flow_limit.labels(kind, which).set(0)
             self._kinds = set(limits)
+            paused = {kind for kind, lim in limits.items() if lim.paused}
+            resumed, self._paused = self._paused - paused, paused
             for kind in queue.held_kinds():
                 metrics.held.labels(kind).set(queue.held(kind))
         core.flow_ready.set()
+        if resumed:
+            self.bring_back(resumed)
         return True
+
+    def bring_back(self, kinds: set[str]) -> int:
+        """Queue now the held jobs of ``kinds`` (just resumed) that this poller's shards
+        hold: read from where they were placed (the next ``HOLD_S``), at most
+        ``max_buffered`` of them; any others come back at their placed time, within
+        ``HOLD_S``. Returns how many were queued; a store error queues none (they too come
+        back at their placed time)."""
+        core = self.core
+        meta, now = core.meta, core.clock.now_ms()
+        width = meta.bucket_width_s
+        until = now + int(HOLD_S * 1000) + meta.late_margin_ms + 1000
+        first, last = bucket_of_ms(now, width), bucket_of_ms(until, width)
+        with core.cond:
+            shards = sorted(s for s, st in core.shards.items() if st.reading)
+        parts: list[PartRange] = [(b, s, None, until) for s in shards for b in range(first, last + 1, width)]
+        budget = core.config.max_buffered
+        limit = core.config.read_limit
+        found: list[Job] = []
+        try:
+            while parts and len(found) < budget:
+                pages = core.store.read_buckets(parts, limit)
+                more: list[PartRange] = []
+                for (b, s, _after, _until), rows in zip(parts, pages, strict=True):
+                    found += [r for r in rows if r.kind in kinds and r.fired_ms is None
+                              and r.due_ms <= now and not r.job_id.startswith(OCCURRENCE_PREFIX)]
+                    if len(rows) >= limit:
+                        more.append((b, s, (rows[-1].fire_ms, rows[-1].job_id), until))
+                parts = more
+        except SchedulerError as exc:
+            core.store_fault.failed(exc)
+            return 0
+        n = 0
+        with core.cond:
+            for row in sorted(found, key=lambda r: (r.due_ms, r.job_id))[:budget]:
+                st = core.shards.get(row.shard)
+                if st is not None and st.reading and st.progress.take_early(row.bucket,
+                                                                            (row.fire_ms, row.job_id)):
+                    core.due.push(row, at_ms=row.due_ms)
+                    n += 1
+            if n:
+                core.cond.notify_all()
+        if n:
+            log.info("%d held jobs of %s queued after resume", n, ", ".join(sorted(kinds)),
+                     extra={"action": "flow_resumed", "kinds": sorted(kinds), "jobs": n})
+        return n
 
     def run(self) -> None:
         """The flow thread's body, until the poller stops."""

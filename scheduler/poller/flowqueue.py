@@ -35,8 +35,8 @@ from .duequeue import DueQueue
 HORIZON_S = 5.0
 KEEP_MIN = 50
 # A paused kind's due jobs are placed this far ahead, again and again while it stays
-# paused: each held job costs one write per HOLD_S, and a resumed kind's jobs are back
-# within HOLD_S.
+# paused: each held job costs one write per HOLD_S. On resume, the pollers read them
+# back at once (``flow.FlowControl.bring_back``); any they miss are back within HOLD_S.
 HOLD_S = 30.0
 # At most this many jobs of one kind are placed later per dispatcher pass.
 EXCESS_BATCH = 2000
