@@ -26,6 +26,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from ..domain.flow import format_rate
 from ..domain.keys import from_ms
 from ..errors import InvalidInput, JobNotFound, ScheduleNotFound, SchedulerError
 from ..observe import refire as rf
@@ -55,7 +56,7 @@ def build(client: Client, fleet: pages.Fleet, guard: Guard, audits: AuditRuns | 
     (for a console bound to a loopback address): answer 400 to any ``Host`` but
     localhost, 127.x.x.x or [::1]; off, a proxy in front decides which names reach it."""
     templates = Jinja2Templates(directory=str(HERE / "templates"))
-    templates.env.filters.update(iso=iso, ranges=shard_ranges, level=level, levels=levels)
+    templates.env.filters.update(iso=iso, ranges=shard_ranges, level=level, levels=levels, rate=format_rate)
     clock = client.clock
     runs = audits or AuditRuns(lambda first, last: audit(client.store, first, last))
 
@@ -154,6 +155,9 @@ def build(client: Client, fleet: pages.Fleet, guard: Guard, audits: AuditRuns | 
         kind, error = q.get("kind", ""), q.get("error", "")
         return {**pages.dead_page(client, kind, error, q.get("after")), "kind": kind, "error": error}
 
+    def limits_ctx(request: Request) -> dict[str, Any]:
+        return pages.limits_page(client)
+
     def audit_ctx(request: Request) -> dict[str, Any]:
         q = request.query_params
         first, last = pages.window(q.get("from", ""), q.get("to", ""), clock.now_ms())
@@ -249,6 +253,7 @@ def build(client: Client, fleet: pages.Fleet, guard: Guard, audits: AuditRuns | 
         Route("/schedules", page("schedules.html", schedules_ctx)),
         Route("/dead", page("dead.html", dead_ctx)),
         Route("/audit", page("audit.html", audit_ctx)),
+        Route("/limits", page("limits.html", limits_ctx)),
         Route("/login", login_page),
         Route("/login", login, methods=["POST"]),
         Route("/logout", logout, methods=["POST"]),

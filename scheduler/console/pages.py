@@ -168,6 +168,12 @@ def schedules_page(client: Client, after: str | None) -> dict[str, Any]:
     return {"schedules": [client.recurring.view(s) for s in page], "next": following}
 
 
+def limits_page(client: Client) -> dict[str, Any]:
+    """Every kind with a flow limit or a pause, by kind: one read (at most one row per
+    kind). ``SchemaError`` on a store before the flow tables."""
+    return {"limits": client.store.flow_limits()}
+
+
 def dead_page(client: Client, kind: str, error: str, after: str | None) -> dict[str, Any]:
     """Dead letters matching the filters (kind exactly, error as a substring): up to PAGE
     of them, reading at most DEAD_SCAN_PAGES pages; ``next`` continues the scan."""
