@@ -84,8 +84,7 @@ class FlowQueue:
 
     def push(self, job: Job, at_ms: int | None = None) -> None:
         """See ``DueQueue.push``; a job of the same id waiting in the fair stage is replaced."""
-        if self.fair.remove(job.job_id):
-            pass
+        self.fair.remove(job.job_id)
         self.due.push(job, at_ms)
 
     def pop_ready(self, now_ms: int, max_n: int) -> list[Job]:
