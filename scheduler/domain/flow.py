@@ -86,7 +86,7 @@ def check_rate(rate_per_s: object) -> float:
     if rate <= 0:
         raise InvalidInput(f"rate {rate:g}/s must be above 0: to stop a kind, use `kinds pause`")
     if rate < MIN_RATE_PER_S:
-        raise InvalidInput(f"rate {rate:g}/s is below one a day: write at least 1/h")
+        raise InvalidInput(f"rate {rate:g}/s is below the lowest rate, one a day (0.0417/h)")
     if rate > MAX_LIMIT:
         raise InvalidInput(f"rate {rate:g}/s is above {MAX_LIMIT:g}/s: omit --rate for no limit")
     return rate

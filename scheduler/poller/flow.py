@@ -18,7 +18,6 @@ goes on.
 from __future__ import annotations
 
 import logging
-from typing import Protocol
 
 from ..domain.flow import Limits, by_kind, fresh, share, slots
 from ..domain.keys import bucket_of_ms
@@ -35,26 +34,6 @@ REFRESH_S = 1.0
 # Demand rows older than this are ignored: a killed poller's part returns to the
 # others within this time plus one refresh.
 DEMAND_MAX_AGE_MS = 3000
-
-
-class _Row(Protocol):
-    @property
-    def kind(self) -> str: ...
-    @property
-    def rate_per_s(self) -> float | None: ...
-    @property
-    def burst(self) -> int | None: ...
-    @property
-    def concurrency(self) -> int | None: ...
-    @property
-    def per_key_concurrency(self) -> int | None: ...
-    @property
-    def paused(self) -> bool: ...
-
-
-def limits_of(row: _Row) -> Limits:
-    return Limits(row.kind, row.rate_per_s, row.burst, row.concurrency, row.per_key_concurrency,
-                  row.paused)
 
 
 class FlowControl:
@@ -81,7 +60,7 @@ class FlowControl:
         except SchedulerError as exc:
             self.fault.failed(exc)
             return False
-        limits = {limits.kind: limits for limits in map(limits_of, rows)}
+        limits = {lim.kind: lim for lim in rows}
         me = core.name
         with core.cond:
             queue = core.due
