@@ -29,6 +29,7 @@ from bench import enqueue as enqueue_bench
 from bench import enqueue_async as enqueue_async_bench
 from bench import fleet as fleet_bench
 from bench import fleetsim as fleet_sim
+from bench import flow as flow_bench
 from bench import peer as peer_bench
 from bench import poller as poller_bench
 from bench import recurring as recurring_bench
@@ -206,6 +207,27 @@ def run_all(args: argparse.Namespace, sizes: Sizes) -> tuple[dict[str, Any], dic
 
     step("audit_cost", audit_cost)
 
+    def rate_limit() -> dict[str, Any]:
+        r = flow_bench.rate_limit_accuracy(args.host, args.zk)
+        return entry(r["observed_per_s"], f"starts/s (fleet of {r['pollers']}, {r['jobs']:,} due at once)",
+                     r["limit_per_s"], "the kind's rate limit", r["goal"], r["met"], r, ratio=r["ratio"])
+
+    def flow_overhead() -> dict[str, Any]:
+        r = flow_bench.flow_control_overhead(args.host, rounds=3 if args.quick else 4)
+        return entry(r["limited_jobs_per_s"], "jobs/s (limits set that should not bind)",
+                     r["unlimited_jobs_per_s"], "the same firing with no limits", r["goal"], r["met"], r,
+                     ratio=r["ratio"])
+
+    def key_fairness() -> dict[str, Any]:
+        r = flow_bench.key_fairness(args.host)
+        return entry(r["p99_ms"], f"ms (p99 lateness of a small key beside a {r['big_key_jobs']:,}-job key)",
+                     r["baseline_p99_ms"], "the same small-key jobs with no large key", r["goal"],
+                     r["met"], r, ratio=r["ratio"])
+
+    step("rate_limit_accuracy", rate_limit)
+    step("flow_control_overhead", flow_overhead)
+    step("key_fairness", key_fairness)
+
     backlog_keys = {"poll_cost_backlog", "poller_rss_backlog", "peer_postgres"}
     if not args.only or backlog_keys & args.only:
         _backlog_steps(args, sizes, series, step)
@@ -382,6 +404,7 @@ def markdown(report: dict[str, Any]) -> str:
                   + ", ".join(fmt(r["ratio"]) for r in d["per_round"]) + "). Against a bare loop that "
                   f"also skips the driver's per-row binding, as the poller does: "
                   f"{fmt(d.get('ratio_vs_fast_bind_loop'))}."]
+    lines += _flow_notes(report["results"])
     peer = report["results"].get("peer_postgres")
     if peer:
         d = peer["details"]
@@ -400,6 +423,22 @@ def markdown(report: dict[str, Any]) -> str:
     lines += ["", "Plots: " + ", ".join(f"[{p}]({p})" for p in report["plots"]), "",
               "Details of every figure are in report.json."]
     return "\n".join(lines) + "\n"
+
+
+def _flow_notes(results: dict[str, Any]) -> list[str]:
+    """The flow-control figures a table row has no room for."""
+    lines = []
+    rate = results.get("rate_limit_accuracy")
+    if rate and "max_in_1s" in rate["details"]:
+        d = rate["details"]
+        lines += ["", f"`rate_limit_accuracy`: at most {d['max_in_1s']} starts in any 1 s (limit + burst: "
+                      f"{fmt(d['limit_plus_burst'])}); starts in each second: "
+                  + ", ".join(str(n) for n in d["per_second"]) + "."]
+    over = results.get("flow_control_overhead")
+    if over and "per_round" in over["details"]:
+        lines += ["", "`flow_control_overhead`: the median of the rounds' ratios ("
+                  + ", ".join(fmt(r["ratio"]) for r in over["details"]["per_round"]) + ")."]
+    return lines
 
 
 def main() -> None:
