@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Generic, Protocol, TypeVar
 
 from ..errors import InvalidInput
@@ -162,11 +162,15 @@ class FairQueue(Generic[J]):
     Per-key counts are this poller's: they hold fleet-wide when every job of a key is on
     one poller (jobs sharded by their key)."""
 
-    def __init__(self) -> None:
+    def __init__(self, ident: Callable[[J], Hashable] = lambda job: job.job_id) -> None:
+        # What tells two queued jobs apart: the job id by default; the poller's queue
+        # uses the row's (fire_ms, job_id), since two rows of one job can be queued
+        # at once (a reschedule whose old row is not retired yet).
+        self._id = ident
         self._seq = 0
-        self._live: dict[str, tuple[int, J]] = {}  # job_id -> (seq, job) of queued jobs
+        self._live: dict[Hashable, tuple[int, J]] = {}  # ident -> (seq, job) of queued jobs
         self._future: list[Entry[J]] = []  # not due yet, by due time
-        self._ready_ids: set[str] = set()
+        self._ready_ids: set[Hashable] = set()
         self._ready: Counter[str] = Counter()  # kind -> due jobs waiting
         self._lanes: dict[Lane, list[Entry[J]]] = {}
         # priority -> ring of kinds with ringed lanes; (priority, kind) -> ring of keys
@@ -192,20 +196,21 @@ class FairQueue(Generic[J]):
         """Queue a job; False if one with its id is queued already (a re-read row).
         Raises InvalidInput for a priority outside 0-9, queueing nothing."""
         check_priority(job.priority)
-        if job.job_id in self._live:
+        ident = self._id(job)
+        if ident in self._live:
             return False
         self._seq += 1
-        self._live[job.job_id] = (self._seq, job)
+        self._live[ident] = (self._seq, job)
         heapq.heappush(self._future, (job.due_ms, self._seq, job))
         return True
 
-    def remove(self, job_id: str) -> bool:
+    def remove(self, ident: Hashable) -> bool:
         """Forget a queued job (cancelled, or its shard lost); False if it was not queued."""
-        queued = self._live.pop(job_id, None)
+        queued = self._live.pop(ident, None)
         if queued is None:
             return False
-        if job_id in self._ready_ids:
-            self._ready_ids.discard(job_id)
+        if ident in self._ready_ids:
+            self._ready_ids.discard(ident)
             self._ready[queued[1].kind] -= 1
         return True
 
@@ -249,9 +254,10 @@ class FairQueue(Generic[J]):
         while self._future and self._future[0][0] <= now_ms:
             entry = heapq.heappop(self._future)
             job = entry[2]
-            if self._live.get(job.job_id, (None,))[0] != entry[1]:
+            ident = self._id(job)
+            if self._live.get(ident, (None,))[0] != entry[1]:
                 continue  # removed meanwhile
-            self._ready_ids.add(job.job_id)
+            self._ready_ids.add(ident)
             self._ready[job.kind] += 1
             lane = (job.kind, job.priority, job.key)
             heapq.heappush(self._lanes.setdefault(lane, []), entry)
@@ -313,7 +319,7 @@ class FairQueue(Generic[J]):
                 key = keys[0]
                 lane = (kind, prio, key)
                 heap = self._lanes[lane]
-                while heap and self._live.get(heap[0][2].job_id, (None,))[0] != heap[0][1]:
+                while heap and self._live.get(self._id(heap[0][2]), (None,))[0] != heap[0][1]:
                     heapq.heappop(heap)  # removed while queued
                 if not heap:
                     keys.popleft()
@@ -333,8 +339,9 @@ class FairQueue(Generic[J]):
                     self.throttled[(kind, reason)] += 1
                     return None
                 heapq.heappop(heap)
-                del self._live[job.job_id]
-                self._ready_ids.discard(job.job_id)
+                ident = self._id(job)
+                del self._live[ident]
+                self._ready_ids.discard(ident)
                 self._ready[kind] -= 1
                 if key is not None:
                     self._running[(kind, key)] += 1
@@ -347,9 +354,9 @@ class FairQueue(Generic[J]):
 
     # --- what the poller's queue needs besides taking --------------------------------
 
-    def get(self, job_id: str) -> J | None:
-        """The queued job with this id, if any."""
-        queued = self._live.get(job_id)
+    def get(self, ident: Hashable) -> J | None:
+        """The queued job with this ident, if any."""
+        queued = self._live.get(ident)
         return None if queued is None else queued[1]
 
     def jobs(self) -> list[J]:
@@ -360,8 +367,12 @@ class FairQueue(Generic[J]):
         """Remove and return every queued job (shutdown)."""
         out = self.jobs()
         for job in out:
-            self.remove(job.job_id)
+            self.remove(self._id(job))
         return out
+
+    def parked_kinds(self) -> set[str]:
+        """Kinds with a key at its per-key limit and jobs waiting behind it."""
+        return {kind for kind, _key in self._parked}
 
     def waiting_kinds(self) -> dict[str, int]:
         """kind -> due jobs waiting, for the kinds with any (as of the last take)."""
@@ -379,7 +390,7 @@ class FairQueue(Generic[J]):
             lanes: dict[str | None, list[Entry[J]]] = {}
             for (k, p, key), heap in self._lanes.items():
                 if k == kind and p == prio:
-                    live = [e for e in heap if self._live.get(e[2].job_id, (None,))[0] == e[1]]
+                    live = [e for e in heap if self._live.get(self._id(e[2]), (None,))[0] == e[1]]
                     if live:
                         lanes[key] = sorted(live)
             sizes = [(-len(v), str(key), key) for key, v in lanes.items()]
@@ -391,5 +402,5 @@ class FairQueue(Generic[J]):
                 if entries:
                     heapq.heappush(sizes, (size + 1, name, big))
         for job in out:
-            self.remove(job.job_id)
+            self.remove(self._id(job))
         return out

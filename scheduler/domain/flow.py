@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -230,6 +230,7 @@ class Demand(NamedTuple):
     demand: int
     running: int
     at_ms: int
+    part: float | None = None  # its part of the kind's rate (None: no rate part published)
 
 
 def fresh(entries: Iterable[Demand], now_ms: int, max_age_ms: int) -> list[Demand]:
@@ -298,3 +299,35 @@ def slots(total: int, demands: Mapping[str, int], me: str) -> int:
     extra = total - sum(base.values())
     above = sorted((n for n in want if want[n] > lo), key=lambda n: (-want[n], n))
     return base[me] + (1 if me in above[:extra] else 0)
+
+
+def rate_part(total: float, rows: Sequence[Demand], me: str, current: float) -> float:
+    """My next part of a fleet-wide rate: my max-min fair ``share`` of the latest demands,
+    lowered at once, but raised only into what the others' published parts leave free, and
+    by at most an equal cut of it among the pollers that want more (each computes the same
+    cut from the same rows, so a fleet raising at once still sums to at most ``total``).
+    Without this, when a backlog falls due on every poller at once, the first to look sees
+    the others' demands still at 0, takes the whole rate, and the others take their parts
+    before it gives its surplus back: the fleet goes over for up to a refresh.
+
+    ``rows``: the fresh rows of one kind, one per poller, mine included (with my current
+    demand). ``current``: my part in force. A row without a part (a poller that has not
+    published one yet) counts as its fair share. Deterministic and pure."""
+    latest = {r.poller: max(0, r.demand) for r in rows}
+    if me not in latest or total <= 0:
+        return 0.0
+    target = share(total, latest, me)
+    if target <= current:
+        return target
+    others = 0.0
+    raisers = 1
+    for r in rows:
+        if r.poller == me:
+            continue
+        fair = share(total, latest, r.poller)
+        part = fair if r.part is None else r.part
+        others += part
+        if fair > part + 1e-9:
+            raisers += 1
+    free = max(0.0, total - others - current)
+    return min(target, current + free / raisers)

@@ -74,7 +74,7 @@ class AsyncWorkers:
             return [await one(job) for job in jobs]
         done = asyncio.run(all_of())
         self.core.flight.finished[0] += len(done)
-        self.core.outcomes.put(done)
+        self.core.handled(done)
         return done
 
     # --- lifecycle ------------------------------------------------------------------
@@ -192,7 +192,7 @@ class AsyncWorkers:
         self._flush_due = False
         batch, self._pending = self._pending, []
         if batch:
-            self.core.outcomes.put(batch)
+            self.core.handled(batch)
         if self.take is not None and (jobs := self.take()):
             self._spawn(jobs)
         self.core.flight.some_done()

@@ -8,6 +8,7 @@ while the lease holds, and never while firing is refused (clock skew) or stoppin
 
 from __future__ import annotations
 
+import queue
 from typing import Protocol
 
 from ..domain.dispatch import Outcome
@@ -43,6 +44,7 @@ def due_jobs(core: Core) -> list[Job]:
             return []
         now = core.clock.now_ms()
         queue = core.due
+        _count_ended(core)
         # Called with no room too: due jobs still move to the fair stage, where a
         # throttled kind's excess is found and placed later (see flowqueue.py).
         jobs = queue.pop_ready(now, flight.cap - flight.in_flight())
@@ -58,6 +60,19 @@ def due_jobs(core: Core) -> list[Job]:
         _count_refusals(core)
         _place_later(core, now)
         return jobs
+
+
+def _count_ended(core: Core) -> None:
+    """Free the flow-control slots of handlers that returned (``Core.handled``); each job
+    is counted once, here or by the recorder, whichever sees it first."""
+    returned, finished = core.returned, core.due.finished
+    while True:
+        try:
+            outcomes = returned.get_nowait()
+        except queue.Empty:
+            return
+        for o in outcomes:
+            finished(o.job)
 
 
 def _count_refusals(core: Core) -> None:

@@ -19,13 +19,9 @@ from __future__ import annotations
 
 import logging
 
-from ..domain.flow import Limits, by_kind, fresh, share, slots
-from ..domain.keys import bucket_of_ms
-from ..domain.model import OCCURRENCE_PREFIX, Job
+from ..domain.flow import Demand, Limits, by_kind, fresh, rate_part, slots
 from ..errors import SchedulerError, SchemaError
 from ..observe.faults import FaultLog
-from ..store.base import PartRange
-from .flowqueue import HOLD_S
 from .shared import Core
 
 log = logging.getLogger("scheduler.poller")
@@ -42,7 +38,9 @@ class FlowControl:
         self.fault = FaultLog(log, "flow control's limits", action="flow_limits")
         self._old_schema_said = False
         self._kinds: set[str] = set()
-        self._paused: set[str] = set()  # paused at the last read: a kind leaving it was resumed
+        self._old_split_said = False
+        # My parts in force, kept while the store fails: (kind, "rate"|"concurrency").
+        self._parts: dict[tuple[str, str], float] = {}
 
     def refresh(self) -> bool:
         """One round: read, publish, split, apply. False when the store failed (the limits
@@ -72,33 +70,71 @@ class FlowControl:
                     running = gate.running if gate is not None else 0
                     mine[kind] = (waiting.get(kind, 0) + running, running)
         now = core.clock.now_ms()
-        snapshot: dict[str, dict[str, int]] = {}
-        others_running: dict[str, int] = {}
+        seen: list[Demand] = []
+        ok, alone = bool(mine), False
         try:
             if mine:
-                store.publish_demand(me, [(k, d, r) for k, (d, r) in sorted(mine.items())], now)
                 seen = fresh(store.demands(now, DEMAND_MAX_AGE_MS), now, DEMAND_MAX_AGE_MS)
-                snapshot = by_kind(seen)
-                for row in seen:
-                    if row.poller != me:
-                        others_running[row.kind] = others_running.get(row.kind, 0) + row.running
+        except SchemaError as exc:
+            alone = self._no_split(exc)
+            ok = False
         except SchedulerError as exc:
-            self.fault.failed(exc)  # the limits still apply, split on my demand alone below
-        else:
-            self.fault.ok()
+            self.fault.failed(exc)  # the parts in force stay until the store answers
+            ok = False
+        rows_of: dict[str, list[Demand]] = {}
+        others_running: dict[str, int] = {}
+        for row in seen:
+            if row.poller != me:
+                rows_of.setdefault(row.kind, []).append(row)
+                others_running[row.kind] = others_running.get(row.kind, 0) + row.running
+        # My rate parts first: they are published with my demand, so that the others
+        # raise theirs only into what mine leaves (domain.flow.rate_part).
+        parts: dict[str, float] = {}
+        for kind, lim in limits.items():
+            if lim.rate_per_s is not None:
+                current = self._parts.get((kind, "rate"), 0.0)
+                if alone:
+                    parts[kind] = lim.rate_per_s
+                elif ok:
+                    demand, running = mine[kind]
+                    kind_rows = [*rows_of.get(kind, []), Demand(me, kind, demand, running, now, current)]
+                    parts[kind] = rate_part(lim.rate_per_s, kind_rows, me, current)
+                else:
+                    parts[kind] = min(current, lim.rate_per_s)
+        if ok:
+            try:
+                store.publish_demand(me, [(k, d, r, parts.get(k)) for k, (d, r) in sorted(mine.items())], now)
+            except SchemaError as exc:
+                alone = self._no_split(exc)
+                ok = False
+                parts = {k: limits[k].rate_per_s or 0.0 for k in parts}
+            except SchedulerError as exc:
+                self.fault.failed(exc)
+                ok = False  # unpublished, a raise could overlap another poller's: none
+                parts = {k: min(p, self._parts.get((k, "rate"), 0.0)) for k, p in parts.items()}
+            else:
+                self.fault.ok()
+        snapshot = by_kind([*seen, *(Demand(me, k, d, r, now) for k, (d, r) in mine.items())])
         metrics = core.metrics
         with core.cond:
             queue = core.due
             for kind, lim in limits.items():
-                demands = snapshot.get(kind, {})
-                demands[me] = mine.get(kind, (0, 0))[0]
-                rate = None if lim.rate_per_s is None else share(lim.rate_per_s, demands, me)
+                demands = snapshot.get(kind, {me: 0})
+                rate = parts.get(kind)
                 conc = None
+                if rate is not None:
+                    self._parts[(kind, "rate")] = rate
                 if lim.concurrency is not None:
-                    # Never more than the others leave free: a poller whose part just
-                    # shrank still runs its handlers, and they count until they end.
-                    conc = min(slots(lim.concurrency, demands, me),
-                               max(0, lim.concurrency - others_running.get(kind, 0)))
+                    if alone:
+                        conc = lim.concurrency
+                    elif ok:
+                        # Never more than the others leave free: a poller whose part just
+                        # shrank still runs its handlers, and they count until they end.
+                        conc = min(slots(lim.concurrency, demands, me),
+                                   max(0, lim.concurrency - others_running.get(kind, 0)))
+                    else:
+                        conc = min(int(self._parts.get((kind, "concurrency"), 0)), lim.concurrency)
+                    self._parts[(kind, "concurrency")] = conc
                 queue.set_limits(lim, rate, conc)
                 if rate is not None:
                     metrics.flow_limit.labels(kind, "rate").set(rate)
@@ -109,63 +145,30 @@ class FlowControl:
                 for which in ("rate", "concurrency"):
                     metrics.flow_limit.labels(kind, which).set(0)
             self._kinds = set(limits)
-            paused = {kind for kind, lim in limits.items() if lim.paused}
-            resumed, self._paused = self._paused - paused, paused
             for kind in queue.held_kinds():
-                metrics.held.labels(kind).set(queue.held(kind))
+                # A resumed kind's held jobs come back at their placed time; from then
+                # on they are no longer held, whatever the window still counts.
+                held = limits.get(kind)
+                metrics.held.labels(kind).set(queue.held(kind) if held is not None and held.paused else 0)
         core.flow_ready.set()
-        if resumed:
-            self.bring_back(resumed)
         return True
 
-    def bring_back(self, kinds: set[str]) -> int:
-        """Queue now the held jobs of ``kinds`` (just resumed) that this poller's shards
-        hold: read from where they were placed (the next ``HOLD_S``), at most
-        ``max_buffered`` of them; any others come back at their placed time, within
-        ``HOLD_S``. Returns how many were queued; a store error queues none (they too come
-        back at their placed time)."""
-        core = self.core
-        meta, now = core.meta, core.clock.now_ms()
-        width = meta.bucket_width_s
-        until = now + int(HOLD_S * 1000) + meta.late_margin_ms + 1000
-        first, last = bucket_of_ms(now, width), bucket_of_ms(until, width)
-        with core.cond:
-            shards = sorted(s for s, st in core.shards.items() if st.reading)
-        parts: list[PartRange] = [(b, s, None, until) for s in shards for b in range(first, last + 1, width)]
-        budget = core.config.max_buffered
-        limit = core.config.read_limit
-        found: list[Job] = []
-        try:
-            while parts and len(found) < budget:
-                pages = core.store.read_buckets(parts, limit)
-                more: list[PartRange] = []
-                for (b, s, _after, _until), rows in zip(parts, pages, strict=True):
-                    found += [r for r in rows if r.kind in kinds and r.fired_ms is None
-                              and r.due_ms <= now and not r.job_id.startswith(OCCURRENCE_PREFIX)]
-                    if len(rows) >= limit:
-                        more.append((b, s, (rows[-1].fire_ms, rows[-1].job_id), until))
-                parts = more
-        except SchedulerError as exc:
-            core.store_fault.failed(exc)
-            return 0
-        n = 0
-        with core.cond:
-            for row in sorted(found, key=lambda r: (r.due_ms, r.job_id))[:budget]:
-                st = core.shards.get(row.shard)
-                if st is not None and st.reading and st.progress.take_early(row.bucket,
-                                                                            (row.fire_ms, row.job_id)):
-                    core.due.push(row, at_ms=row.due_ms)
-                    n += 1
-            if n:
-                core.cond.notify_all()
-        if n:
-            log.info("%d held jobs of %s queued after resume", n, ", ".join(sorted(kinds)),
-                     extra={"action": "flow_resumed", "kinds": sorted(kinds), "jobs": n})
-        return n
+    def _no_split(self, exc: SchemaError) -> bool:
+        """The store's schema has the limits but not the published parts (before v008):
+        each poller applies each limit as if it were alone (said once)."""
+        if not self._old_split_said:
+            self._old_split_said = True
+            log.warning("flow control cannot split limits between pollers (%s): each poller applies "
+                        "the whole limit until `scheduler schema apply` is run", exc,
+                        extra={"action": "flow_no_split"})
+        return True
 
     def run(self) -> None:
         """The flow thread's body, until the poller stops."""
         core = self.core
         while not core.stopping.is_set():
-            self.refresh()
+            try:
+                self.refresh()
+            except Exception as exc:  # a stored value no check foresaw must not stop firing
+                self.fault.failed(f"{type(exc).__name__}: {exc}")
             core.stopping.wait(REFRESH_S)

@@ -35,21 +35,28 @@ from .duequeue import DueQueue
 HORIZON_S = 5.0
 KEEP_MIN = 50
 # A paused kind's due jobs are placed this far ahead, again and again while it stays
-# paused: each held job costs one write per HOLD_S. On resume, the pollers read them
-# back at once (``flow.FlowControl.bring_back``); any they miss are back within HOLD_S.
+# paused: each held job costs one write per HOLD_S, and a resumed kind's held jobs are
+# back within HOLD_S. (Reading them back at once would need to tell a held row from a
+# retry waiting for its backoff, which a bucket row does not say.)
 HOLD_S = 30.0
 # At most this many jobs of one kind are placed later per dispatcher pass.
 EXCESS_BATCH = 2000
+# A throttled kind's excess is placed at most this far ahead, however slow its rate: a
+# limit raised meanwhile then reaches the whole backlog within this time (each waiting
+# job costs one write per DEFER_MAX_S while its kind stays throttled).
+DEFER_MAX_S = 60.0
 
 
 class FlowQueue:
     def __init__(self, due: DueQueue, monotonic: Callable[[], float]) -> None:
         self.due = due
-        self.fair: FairQueue[Job] = FairQueue()
+        # Rows, not jobs: two rows of one job may wait at once (a reschedule whose old
+        # row is not retired yet), and each must complete on its own.
+        self.fair: FairQueue[Job] = FairQueue(ident=_row)
         self.gates = Gates(monotonic)
         self.limits: dict[str, Limits] = {}
         self._mono = monotonic
-        self._admitted: set[str] = set()
+        self._admitted: set[Key] = set()
         # Starts per kind over the last few seconds (the rate a kind limited only by
         # concurrency or key is seen to drain at), and holds of paused kinds in the
         # last HOLD_S (a held job is placed again once per HOLD_S while paused).
@@ -84,7 +91,7 @@ class FlowQueue:
 
     def push(self, job: Job, at_ms: int | None = None) -> None:
         """See ``DueQueue.push``; a job of the same id waiting in the fair stage is replaced."""
-        self.fair.remove(job.job_id)
+        self.fair.remove(_row(job))
         self.due.push(job, at_ms)
 
     def pop_ready(self, now_ms: int, max_n: int) -> list[Job]:
@@ -106,15 +113,16 @@ class FlowQueue:
     def _admit(self, job: Job) -> str | None:
         reason = self.gates.try_start(job.kind)
         if reason is None:
-            self._admitted.add(job.job_id)
+            self._admitted.add(_row(job))
         else:
             self.throttled_kinds.add(job.kind)
         return reason
 
     def finished(self, job: Job) -> None:
         """An admitted job ended (recorded, or handed back unstarted); others are ignored."""
-        if job.job_id in self._admitted:
-            self._admitted.discard(job.job_id)
+        row = _row(job)
+        if row in self._admitted:
+            self._admitted.discard(row)
             self.gates.finished(job.kind)
             self.fair.finished(job)
 
@@ -126,7 +134,7 @@ class FlowQueue:
     def find(self, keys: Collection[Key]) -> dict[Key, Job]:
         found = self.due.find(keys)
         for key in keys:
-            if key not in found and (job := self.fair.get(key[1])) is not None and job.fire_ms == key[0]:
+            if key not in found and (job := self.fair.get(key)) is not None:
                 found[key] = job
         return found
 
@@ -138,9 +146,9 @@ class FlowQueue:
         dropped = self.due.discard_many(keys)
         gone = {(j.fire_ms, j.job_id) for j in dropped}
         for key in keys:
-            job = self.fair.get(key[1])
-            if key not in gone and job is not None and job.fire_ms == key[0]:
-                self.fair.remove(key[1])
+            job = self.fair.get(key)
+            if key not in gone and job is not None:
+                self.fair.remove(key)
                 dropped.append(job)
         return dropped
 
@@ -148,7 +156,7 @@ class FlowQueue:
         dropped = self.due.discard_shard(shard)
         for job in self.fair.jobs():
             if job.shard == shard:
-                self.fair.remove(job.job_id)
+                self.fair.remove(_row(job))
                 dropped.append(job)
         return dropped
 
@@ -168,7 +176,10 @@ class FlowQueue:
         them at its rate. Kinds no gate refused keep everything."""
         out: list[tuple[Job, int, str]] = []
         now = self._mono()
+        # Refused by the kind's gate, or a key at its per-key limit with jobs behind it
+        # (those never reach the gate, and could fill the buffer as well).
         throttled, self.throttled_kinds = self.throttled_kinds, set()
+        throttled |= self.fair.parked_kinds()
         for kind, waiting in self.fair.waiting_kinds().items():
             limits = self.limits.get(kind)
             if limits is None:
@@ -188,8 +199,10 @@ class FlowQueue:
                 continue
             jobs = sorted(self.fair.take_excess(kind, min(waiting - keep, EXCESS_BATCH)),
                           key=lambda j: (j.due_ms, j.job_id))
-            start = now_ms + int(1000 * keep / rate)
-            out += [(job, start + int(1000 * i / rate), "deferred: its kind is throttled")
+            start = 1000 * keep / rate
+            latest = DEFER_MAX_S * 1000
+            why = "deferred: its kind is throttled"
+            out += [(job, now_ms + int(min(latest, start + 1000 * i / rate)), why)
                     for i, job in enumerate(jobs)]
         return out
 
@@ -203,7 +216,8 @@ class FlowQueue:
 
     def held(self, kind: str) -> int:
         """Jobs of ``kind`` this poller holds: those it placed ahead in the last ``HOLD_S``."""
-        return _sum(self._holds, kind, self._mono(), HOLD_S + 1)
+        # One hold per held job per HOLD_S: a wider window would count a job twice.
+        return _sum(self._holds, kind, self._mono(), HOLD_S)
 
     def held_kinds(self) -> list[str]:
         return list(self._holds)
@@ -223,3 +237,8 @@ def _sum(log: dict[str, deque[tuple[float, int]]], kind: str, now: float, window
     while entries and entries[0][0] < now - 2 * HOLD_S:
         entries.popleft()
     return sum(n for t, n in entries if t >= now - window)
+
+
+def _row(job: Job) -> Key:
+    """A queued row's identity, as the due queue and the shard's progress know it."""
+    return (job.fire_ms, job.job_id)

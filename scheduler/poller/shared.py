@@ -167,6 +167,11 @@ class Core:
         self.flow_ready.set()
         self.flight = Flight(config.concurrency + config.queue_ahead)
         self.outcomes: queue.SimpleQueue[list[Outcome]] = queue.SimpleQueue()
+        # Outcomes whose handlers returned, for flow control's running counts: a
+        # handler's slot is free when it returns, not once the recorder wrote its outcome
+        # (at thousands of jobs a second, those still waiting to be written would hold
+        # the slots of a concurrency limit). Only while some kind has limits.
+        self.returned: queue.SimpleQueue[list[Outcome]] = queue.SimpleQueue()
         self.stopping = threading.Event()  # no more reading or dispatching
         self.stopped = threading.Event()  # the recorder and the watchdog end too
         self.paused_reason: str | None = None  # why firing is refused (clock skew)
@@ -198,6 +203,13 @@ class Core:
             self._layouts = self.store.layouts()
             self._layouts_at = self.clock.monotonic()
         return self._layouts
+
+    def handled(self, outcomes: list[Outcome]) -> None:
+        """Hand outcomes of jobs whose handlers ran to the recorder (and, while some kind
+        has limits, to flow control's running counts)."""
+        self.outcomes.put(outcomes)
+        if self.due.limits:  # read without the lock: a hint; the recorder counts them too
+            self.returned.put(outcomes)
 
     def requeue(self, jobs: list[Job], slot: int) -> None:
         """Put dispatched jobs that were not started back in the due queue (ownership in

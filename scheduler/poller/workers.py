@@ -169,7 +169,7 @@ class ThreadWorkers:
                 finished[slot] += 1  # only this thread writes this slot
         finally:
             if done and not w.abandoned:
-                core.outcomes.put(done)
+                core.handled(done)
                 if len(done) == len(jobs):
                     self.fast = (mono() - started) / len(jobs) < CHUNK_HANDBACK_S / MAX_CHUNK
             core.flight.some_done()
@@ -209,7 +209,7 @@ class ThreadWorkers:
         error = f"timed out after {timeout:g} s"
         outcome = failed(route, job, error, now - int(timeout * 1000), now, self._rand.random)
         core.flight.finished[w.slot] += 1  # the abandoned thread never writes it again
-        core.outcomes.put([*done, outcome])
+        core.handled([*done, outcome])
         if rest:
             self.work.put(rest)
         self.fast = False

@@ -24,11 +24,12 @@ must never write a value it cannot read back.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
-from ..domain.flow import Demand, Limits, check_count, check_rate, fresh
+from ..domain.flow import MAX_LIMIT, MIN_RATE_PER_S, Demand, Limits, check_count, check_rate, fresh
 from ..domain.model import check_kind
 from ..errors import InvalidInput
 
@@ -89,24 +90,36 @@ def check_poller(poller: object) -> str:
     return poller
 
 
-def check_demand(poller: object, entries: object, now_ms: object) -> list[tuple[str, int, int]]:
-    """``entries`` as ``(kind, demand, running)`` tuples, checked: ``InvalidInput`` for a
-    bad poller name or kind, a negative or oversized count, or a kind given twice."""
+# What a poller publishes per kind: (kind, demand, running) or, with its rate part,
+# (kind, demand, running, part).
+DemandEntry = tuple[str, int, int] | tuple[str, int, int, float | None]
+
+
+def check_demand(poller: object, entries: object,
+                 now_ms: object) -> list[tuple[str, int, int, float | None]]:
+    """``entries`` as ``(kind, demand, running[, part])`` tuples, checked: ``InvalidInput``
+    for a bad poller name or kind, a negative or oversized count, a part that is not a
+    finite number from 0 up, or a kind given twice. Returned with the part (or None)."""
     check_poller(poller)
     _int("now_ms", now_ms, 0, INT64_MAX)
     if isinstance(entries, str | bytes) or not isinstance(entries, Sequence):
         raise InvalidInput("demand entries must be a sequence of (kind, demand, running)")
-    out: list[tuple[str, int, int]] = []
+    out: list[tuple[str, int, int, float | None]] = []
     seen: set[str] = set()
     for entry in entries:
-        if not isinstance(entry, tuple | list) or len(entry) != 3:
-            raise InvalidInput(f"a demand entry must be (kind, demand, running), got {entry!r}")
-        kind, demand, running = entry
+        if not isinstance(entry, tuple | list) or len(entry) not in (3, 4):
+            raise InvalidInput(f"a demand entry must be (kind, demand, running[, part]), got {entry!r}")
+        kind, demand, running = entry[:3]
+        part = entry[3] if len(entry) == 4 else None
+        if part is not None and (isinstance(part, bool) or not isinstance(part, int | float)
+                                 or not math.isfinite(part) or part < 0):
+            raise InvalidInput(f"a rate part must be a finite number from 0 up, got {part!r}")
         check_kind(kind)
         if kind in seen:
             raise InvalidInput(f"kind {kind!r} is given twice in one demand report")
         seen.add(kind)
-        out.append((kind, _int("demand", demand, 0, INT64_MAX), _int("running", running, 0, INT32_MAX)))
+        out.append((kind, _int("demand", demand, 0, INT64_MAX), _int("running", running, 0, INT32_MAX),
+                    None if part is None else float(part)))
     return out
 
 
@@ -118,21 +131,49 @@ def check_age(now_ms: object, max_age_ms: object) -> int:
 def limits_rows(rows: Sequence[Sequence[Any]]) -> list[Limits]:
     """``(kind, rate, burst, concurrency, per_key, paused, updated_ms)`` rows as Limits, by
     kind, without the rows with no limit and no pause (the same as no row). ``updated_ms``
-    is written for whoever reads the table by hand; no caller needs it. Not checked: a
-    value written outside the store (by cqlsh, say) is returned as it is, so one bad row
-    cannot stop every poller's reads."""
-    out = [Limits(str(k), None if r is None else float(r), None if b is None else int(b),
-                  None if c is None else int(c), None if p is None else int(p), bool(z))
-           for k, r, b, c, p, z, _updated_ms in rows]
+    is written for whoever reads the table by hand; no caller needs it. A value written
+    outside the store (by cqlsh, say) that the store would refuse reads as no such limit
+    (a rate below the floor as the floor), so one bad row can stop neither the pollers'
+    reads nor their arithmetic; a row whose kind is not text is skipped."""
+    out = []
+    for k, r, b, c, p, z, _updated_ms in rows:
+        if not isinstance(k, str):
+            continue
+        out.append(Limits(k, _stored_rate(r), _stored_count(b), _stored_count(c), _stored_count(p),
+                          z is True or z == 1))
     return sorted((f for f in out if f.paused or any(getattr(f, n) is not None for n in LIMIT_FIELDS)),
                   key=lambda f: f.kind)
 
 
+def _stored_rate(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if not math.isfinite(value) or value <= 0:
+        return None
+    return min(max(float(value), MIN_RATE_PER_S), MAX_LIMIT)
+
+
+def _stored_count(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return None
+    return min(value, int(MAX_LIMIT))
+
+
 def demand_rows(rows: Sequence[Sequence[Any]], now_ms: int, max_age_ms: int) -> list[Demand]:
-    """``(poller, kind, demand, running, at_ms)`` rows as the domain's ``fresh`` keeps
-    them (at most ``max_age_ms`` from ``now_ms``, either way), by poller and kind."""
-    return fresh((Demand(str(p), str(k), int(d), int(r), int(a)) for p, k, d, r, a in rows
-                  if a is not None), now_ms, max_age_ms)
+    """``(poller, kind, demand, running, at_ms, part)`` rows as the domain's ``fresh``
+    keeps them (at most ``max_age_ms`` from ``now_ms``, either way), by poller and kind.
+    A part that is not a finite number from 0 up (written outside this code) reads as
+    None: that poller's part is then estimated from its demand."""
+    return fresh((Demand(p, k, d, r, a, _part(x)) for p, k, d, r, a, x in rows
+                  if isinstance(p, str) and isinstance(k, str) and all(
+                      isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (d, r, a))),
+                 now_ms, max_age_ms)
+
+
+def _part(value: Any) -> float | None:
+    if value is None or isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) and value >= 0 else None
 
 
 class FlowTables(ABC):
@@ -160,8 +201,8 @@ class FlowTables(ABC):
         partition), cheap enough for every poller to call each second."""
 
     @abstractmethod
-    def publish_demand(self, poller: str, entries: Sequence[tuple[str, int, int]], now_ms: int) -> None:
-        """Record ``(kind, demand, running)`` for each entry as ``poller``'s latest, at
+    def publish_demand(self, poller: str, entries: Sequence[DemandEntry], now_ms: int) -> None:
+        """Record ``(kind, demand, running[, part])`` for each entry as ``poller``'s latest, at
         ``now_ms``. Idempotent; ``InvalidInput`` for a bad entry, and nothing is written.
         A failure part-way (Cassandra, more than one batch) leaves some kinds updated:
         each row stands alone, and the next publish rewrites them all."""

@@ -27,7 +27,8 @@ from scheduler.console.pages import Fleet
 from scheduler.store import SchemaOptions, open_store
 
 TOKEN = "t0ken-for-the-console-fuzz-tests"
-GETS = ["/", "/fleet", "/fleet/live", "/buckets", "/jobs", "/schedules", "/dead", "/audit", "/limits", "/login"]
+GETS = ["/", "/fleet", "/fleet/live", "/buckets", "/jobs", "/schedules", "/dead", "/audit", "/limits",
+        "/login"]
 POSTS = ["/login", "/logout", "/dead/replay", "/jobs/cancel", "/schedules/pause", "/schedules/resume",
          "/refire"]
 PARAMS = ["at", "shard", "after", "id", "kind", "error", "from", "to", "run", "done", "n",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 import random
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given
@@ -21,6 +22,7 @@ from scheduler.domain.flow import (
     limits_from,
     parse_priority,
     parse_rate,
+    rate_part,
     share,
     slots,
 )
@@ -318,3 +320,53 @@ def test_gate_rate_through_shifting_shares():
         while starts[lo] <= at - 1000:
             lo += 1
         assert hi - lo + 1 <= 55
+
+
+# --- rate_part: the fleet's parts of a rate never sum over it, even mid-change --------
+
+
+def _simulate(n: int, total: float, rounds: int, offsets_ms: list[int],
+              demand_at: Callable[[str, int], int]) -> list[float]:
+    """Pollers refresh every 1,000 ms at their offsets: read every row, set their part
+    with rate_part, publish it with their demand (as poller/flow.py does). Returns the
+    sum of the parts in force after each refresh."""
+    names = [f"p{i}" for i in range(n)]
+    rows: dict[str, Demand] = {}
+    parts = {p: 0.0 for p in names}
+    sums: list[float] = []
+    events = sorted((r * 1000 + offsets_ms[i], names[i]) for r in range(rounds) for i in range(n))
+    for now, me in events:
+        d = demand_at(me, now)
+        view = [r for p, r in rows.items() if p != me] + [Demand(me, "k", d, 0, now, parts[me])]
+        parts[me] = rate_part(total, view, me, parts[me])
+        rows[me] = Demand(me, "k", d, 0, now, parts[me])
+        sums.append(sum(parts.values()))
+    return sums
+
+
+@pytest.mark.parametrize("n, offsets", [(2, [100, 500]), (3, [0, 300, 700]), (3, [900, 10, 450])])
+def test_a_backlog_falling_due_everywhere_at_once_never_puts_the_fleet_over(n, offsets):
+    sums = _simulate(n, 200.0, 8, offsets, lambda me, now: 0 if now < 1000 else 5000)
+    assert max(sums) <= 200.0 + 1e-6
+    assert sums[-1] >= 200.0 - 1e-6, "the whole rate is used once every poller has looked"
+
+
+def test_one_poller_with_the_whole_backlog_gets_the_whole_rate():
+    sums = _simulate(2, 200.0, 4, [100, 500], lambda me, now: 5000 if me == "p0" else 0)
+    assert sums[-1] == pytest.approx(200.0)
+
+
+def test_a_part_falls_at_once_and_rises_only_into_what_the_others_leave():
+    rows = [Demand("a", "k", 100, 0, 0, 150.0), Demand("b", "k", 100, 0, 0, 50.0)]
+    assert rate_part(200.0, rows, "a", 150.0) == pytest.approx(100.0), "down to its fair share at once"
+    assert rate_part(200.0, rows, "b", 50.0) == pytest.approx(50.0), "a's 150 leaves b nothing more yet"
+
+
+@pytest.mark.fuzz
+@given(st.integers(1, 4), st.lists(st.integers(0, 999), min_size=4, max_size=4),
+       st.lists(st.integers(0, 3000), min_size=12, max_size=12))
+def test_the_parts_never_sum_over_the_rate_whatever_the_demands(n, offsets, steps):
+    def demand(me: str, now: int) -> int:
+        return int(steps[(int(me[1:]) * 3 + now // 1000) % len(steps)])
+    sums = _simulate(n, 100.0, 5, offsets[:n], demand)
+    assert max(sums) <= 100.0 + 1e-6

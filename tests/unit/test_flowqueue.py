@@ -119,3 +119,41 @@ def test_per_key_fairness_a_small_key_is_not_starved():
     q.push(job("small0", 150, key="small"))
     started = [j.job_id for j in q.pop_ready(1000, 10)]
     assert started == ["big000", "small0"], "one of each key, then both keys are at their limit"
+
+
+def test_a_key_at_its_limit_has_its_excess_placed_later_not_the_small_key():
+    q, _ = queue()
+    q.set_limits(Limits("k", per_key_concurrency=1), None, None)
+    for i in range(400):
+        q.push(job(f"big{i:03d}", 100 + i, key="big"))
+    q.push(job("small", 600, key="small"))
+    q.pop_ready(1000, 10)
+    out = q.excess(1000)
+    assert out and all(j.key == "big" for j, _, _ in out), "the big key's newest go, the small key stays"
+    assert "small" not in {j.job_id for j, _, _ in out}
+
+
+def test_two_rows_of_one_job_are_two_entries_each_completed_on_its_own():
+    q, _ = queue()
+    q.set_limits(Limits("c", concurrency=5), None, 5)
+    old, new = job("j", 100, kind="c"), job("j", 200, kind="c")
+    q.push(old)
+    q.push(new)
+    assert len(q) == 2, "a reschedule's new row does not replace the old one"
+    taken = q.pop_ready(1000, 10)
+    assert [(j.fire_ms, j.job_id) for j in taken] == [(100, "j"), (200, "j")]
+    gate = q.gates.get("c")
+    assert gate is not None and gate.running == 2
+    for j in taken:
+        q.finished(j)
+    assert gate.running == 0, "each row frees its own slot"
+
+
+def test_a_stored_rate_at_the_floor_places_the_excess_at_most_a_minute_ahead():
+    q, _ = queue()
+    q.set_limits(Limits("t", rate_per_s=1 / 86_400, burst=1), 1 / 86_400, None)
+    for i in range(200):
+        q.push(job(f"t{i:03d}", 100, kind="t"))
+    q.pop_ready(1000, 10)
+    out = q.excess(1000)
+    assert out and max(at for _, at, _ in out) <= 1000 + 60_000

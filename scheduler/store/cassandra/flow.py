@@ -12,6 +12,7 @@ from ...domain.flow import Demand, Limits
 from ...domain.model import check_kind
 from ..flow import (
     DEMAND_TTL_S,
+    DemandEntry,
     check_age,
     check_demand,
     check_limits,
@@ -58,10 +59,10 @@ class CassandraFlow:
         return limits_rows((yield Run("select_flow_limits", (), "reading the flow limits")))
 
     @dual
-    def publish_demand(self, poller: str, entries: Sequence[tuple[str, int, int]],
+    def publish_demand(self, poller: str, entries: Sequence[DemandEntry],
                        now_ms: int) -> CqlSteps[None]:
-        rows = [("upsert_flow_demand", (poller, k, d, r, now_ms, DEMAND_TTL_S))
-                for k, d, r in check_demand(poller, entries, now_ms)]
+        rows = [("upsert_flow_demand", (poller, k, d, r, now_ms, x, DEMAND_TTL_S))
+                for k, d, r, x in check_demand(poller, entries, now_ms)]
         batches = [(self._batch_statement(rows[i:i + DEMAND_BATCH]), None)
                    for i in range(0, len(rows), DEMAND_BATCH)]
         if batches:

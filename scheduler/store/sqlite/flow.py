@@ -15,6 +15,7 @@ from ...domain.model import check_kind
 from .. import queries
 from ..flow import (
     DEMAND_TTL_S,
+    DemandEntry,
     check_age,
     check_demand,
     check_limits,
@@ -57,8 +58,9 @@ class SqliteFlow:
     def flow_limits(self) -> list[Limits]:
         return limits_rows(self._all(_q("select_flow_limits"), ()))
 
-    def publish_demand(self, poller: str, entries: Sequence[tuple[str, int, int]], now_ms: int) -> None:
-        rows = [(poller, k, d, r, now_ms) for k, d, r in check_demand(poller, entries, now_ms)]
+    def publish_demand(self, poller: str, entries: Sequence[DemandEntry],
+                       now_ms: int) -> None:
+        rows = [(poller, k, d, r, now_ms, x) for k, d, r, x in check_demand(poller, entries, now_ms)]
         if not rows:
             return
         with self._tx() as db:
