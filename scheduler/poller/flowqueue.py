@@ -24,8 +24,9 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Iterator
 
-from ..domain.fairqueue import FairQueue, Gates
+from ..domain.fairqueue import FairQueue
 from ..domain.flow import Limits
+from ..domain.gates import Gates
 from ..domain.model import Job
 from ..domain.progress import Key
 from .duequeue import DueQueue
@@ -39,6 +40,7 @@ KEEP_MIN = 50
 # back within HOLD_S. (Reading them back at once would need to tell a held row from a
 # retry waiting for its backoff, which a bucket row does not say.)
 HOLD_S = 30.0
+HELD = "held: its kind is paused"
 # At most this many jobs of one kind are placed later per dispatcher pass.
 EXCESS_BATCH = 2000
 # A throttled kind's excess is placed at most this far ahead, however slow its rate: a
@@ -55,6 +57,9 @@ class FlowQueue:
         self.fair: FairQueue[Job] = FairQueue(ident=_row)
         self.gates = Gates(monotonic)
         self.limits: dict[str, Limits] = {}
+        # Paused kinds, replaced whole on a change: workers read it without the lock, to
+        # hold a paused kind's jobs handed to them before the pause.
+        self.paused: frozenset[str] = frozenset()
         self._mono = monotonic
         self._admitted: set[Key] = set()
         # Starts per kind over the last few seconds (the rate a kind limited only by
@@ -84,6 +89,8 @@ class FlowQueue:
             self.limits[limits.kind] = limits
         else:
             self.limits.pop(limits.kind, None)
+        if limits.paused != (limits.kind in self.paused):
+            self.paused = self.paused ^ {limits.kind}
         self.gates.update(limits, rate_share, slots)
         self.fair.set_key_limit(limits)
 
@@ -189,7 +196,7 @@ class FlowQueue:
                               key=lambda j: (j.due_ms, j.job_id))
                 _log(self._holds, kind, now, len(jobs))
                 at = now_ms + int(HOLD_S * 1000)
-                out += [(job, at + i, "held: its kind is paused") for i, job in enumerate(jobs)]
+                out += [(job, at + i, HELD) for i, job in enumerate(jobs)]
                 continue
             if kind not in throttled:
                 continue

@@ -29,6 +29,8 @@ from typing import Any
 from ..domain.dispatch import App, Outcome, Route, failed, run_route
 from ..domain.model import Job
 from ..observe.faults import Summarised
+from .flowqueue import HELD, HOLD_S
+from .occurrences import WAIT
 from .shared import Core
 
 log = logging.getLogger("scheduler.poller")
@@ -152,6 +154,12 @@ class ThreadWorkers:
                     break
                 if skips and (skipped := skips.get(job.job_id)) is not None:
                     done.append(skipped)
+                    finished[slot] += 1
+                    continue
+                if core.due.paused and job.kind in core.due.paused:
+                    # Paused after it was handed over: held, as the dispatcher holds one.
+                    now = now_ms()
+                    done.append(Outcome(job, False, HELD, now + int(HOLD_S * 1000), False, now, WAIT))
                     finished[slot] += 1
                     continue
                 route = resolve(job.kind)

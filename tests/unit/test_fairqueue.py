@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler.domain.fairqueue import FairQueue, Gates
+from scheduler.domain.fairqueue import FairQueue
 from scheduler.domain.flow import Limits
+from scheduler.domain.gates import Gates
 from scheduler.errors import InvalidInput
 
 

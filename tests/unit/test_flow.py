@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler.domain.fairqueue import Gates, KindGate
 from scheduler.domain.flow import (
     Demand,
     Limits,
@@ -26,6 +25,7 @@ from scheduler.domain.flow import (
     share,
     slots,
 )
+from scheduler.domain.gates import Gates, KindGate
 from scheduler.errors import InvalidInput
 
 

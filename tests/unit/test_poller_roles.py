@@ -423,3 +423,21 @@ def test_the_nudge_listener_is_bound_before_any_thread_can_stop_the_poller():
     poller.stop()
     assert bound_at_start and all(bound_at_start), bound_at_start
     assert poller.nudges.sock is not None and poller.nudges.sock.fileno() == -1, "left open"
+
+
+def test_a_job_of_a_kind_paused_after_it_was_handed_to_a_worker_is_held_not_run():
+    from scheduler.domain.flow import Limits
+    from scheduler.poller.flowqueue import HELD, HOLD_S
+
+    c = core()
+    c.due.set_limits(Limits("p", paused=True), None, None)
+    ran: list[str] = []
+    workers = ThreadWorkers(c, App.for_function(lambda j: ran.append(j.job_id)))
+    before = SystemClock().now_ms()
+    done = workers.fire_chunk([job(0, kind="p"), job(1)], _Worker(c.flight.new_slot()))
+    assert ran == ["j0001"], "the other kind runs, the paused one does not"
+    held = done[0]
+    assert (held.job.job_id, held.error, held.skip) == ("j0000", HELD, "wait")
+    assert held.retry_at_ms is not None and held.retry_at_ms >= before + HOLD_S * 1000
+    c.due.set_limits(Limits("p"), None, None)
+    assert c.due.paused == frozenset()
