@@ -50,8 +50,11 @@ DEFER_MAX_S = 60.0
 
 
 class FlowQueue:
-    def __init__(self, due: DueQueue, monotonic: Callable[[], float]) -> None:
+    def __init__(self, due: DueQueue, monotonic: Callable[[], float], max_buffered: int = 20_000) -> None:
         self.due = due
+        # A throttled kind keeps at most an eighth of the read buffer: the rest stays
+        # free for the other kinds, whatever the kind's rate.
+        self._keep_max = max(1, max_buffered // 8)
         # Rows, not jobs: two rows of one job may wait at once (a reschedule whose old
         # row is not retired yet), and each must complete on its own.
         self.fair: FairQueue[Job] = FairQueue(ident=_row)
@@ -201,7 +204,7 @@ class FlowQueue:
             if kind not in throttled:
                 continue
             rate = self._rate(kind, limits, now)
-            keep = max(KEEP_MIN, int(rate * HORIZON_S))
+            keep = min(max(KEEP_MIN, int(rate * HORIZON_S)), self._keep_max)
             if waiting <= 2 * keep:
                 continue
             jobs = sorted(self.fair.take_excess(kind, min(waiting - keep, EXCESS_BATCH)),

@@ -160,7 +160,7 @@ class Core:
         self.shards: dict[int, OwnedShard] = {}
         self.ended: dict[int, ShardState] = {}  # the final state of shards no longer held
         self.due = FlowQueue(DueQueue(config.max_rate, config.max_shard_rate, monotonic=clock.monotonic),
-                             clock.monotonic)
+                             clock.monotonic, config.max_buffered)
         # Set once flow control's limits were read (``flow.FlowControl``): until then
         # nothing starts. Set from the start for a core whose poller runs no flow thread.
         self.flow_ready = threading.Event()

@@ -149,7 +149,9 @@ class ThreadWorkers:
         try:
             for i, job in enumerate(jobs):
                 if i and mono() - started > CHUNK_HANDBACK_S:
-                    self.work.put(jobs[i:])
+                    # Back to the poller's queue, not to the end of the work queue: there
+                    # they wait their turn by priority again, not behind later chunks.
+                    core.requeue(jobs[i:], slot)
                     self.fast = False
                     break
                 if skips and (skipped := skips.get(job.job_id)) is not None:

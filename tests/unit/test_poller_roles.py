@@ -16,12 +16,12 @@ from scheduler.domain.clock import SystemClock
 from scheduler.domain.dispatch import App, Outcome
 from scheduler.domain.layout import Layout, Layouts
 from scheduler.domain.model import Job
-from scheduler.domain.progress import Checkpoint
+from scheduler.domain.progress import Checkpoint, ShardProgress
 from scheduler.errors import StoreUnavailable
 from scheduler.observe.metrics import PollerMetrics
 from scheduler.poller import Poller, PollerConfig, ShardState
 from scheduler.poller.recorder import LINGER_BELOW, Recorder
-from scheduler.poller.shared import Core, Gates
+from scheduler.poller.shared import Core, Gates, OwnedShard
 from scheduler.poller.workers import ThreadWorkers, _Worker
 from scheduler.store.base import ShardCheckpoint, StoreMeta
 
@@ -122,12 +122,19 @@ def drain(c: Core) -> list[Outcome]:
 
 
 def test_a_slow_chunk_hands_its_unstarted_jobs_back():
+    """Back to the poller's queue (where they wait their turn by priority again), not to
+    the end of the work queue behind chunks dispatched after them."""
     c = core()
+    c.shards[0] = OwnedShard(ShardProgress(0, 60, Checkpoint(0)), 1, Checkpoint(0), running=4)
     workers = ThreadWorkers(c, App.for_function(lambda j: time.sleep(0.02)))
     jobs = [job(i) for i in range(4)]
-    done = workers.fire_chunk(jobs, _Worker(c.flight.new_slot()))
+    w = _Worker(c.flight.new_slot())
+    c.flight.dispatched += 4
+    done = workers.fire_chunk(jobs, w)
     assert [o.job for o in done] == jobs[:1]
-    assert workers.work.get_nowait() == jobs[1:] and not workers.fast
+    assert workers.work.empty() and not workers.fast
+    assert sorted(c.due._jobs()) == jobs[1:], "back in the poller's queue"
+    assert c.flight.in_flight() == 0 and c.shards[0].running == 1
     assert [o.job for o in drain(c)] == jobs[:1]
 
 
