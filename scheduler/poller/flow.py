@@ -20,13 +20,17 @@ from __future__ import annotations
 import logging
 
 from ..domain.flow import Demand, Limits, by_kind, fresh, rate_part, slots
+from ..domain.model import Job
 from ..errors import SchedulerError, SchemaError
 from ..observe.faults import FaultLog
+from ..store.base import PartRange
 from .shared import Core
 
 log = logging.getLogger("scheduler.poller")
 
 REFRESH_S = 1.0
+# Rows read beyond the recalled ones in a span (other jobs placed at the same times).
+RECALL_SLACK = 64
 # Demand rows older than this are ignored: a killed poller's part returns to the
 # others within this time plus one refresh.
 DEMAND_MAX_AGE_MS = 3000
@@ -151,7 +155,51 @@ class FlowControl:
                 held = limits.get(kind)
                 metrics.held.labels(kind).set(queue.held(kind) if held is not None and held.paused else 0)
         core.flow_ready.set()
+        self.recall()
         return True
+
+    def recall(self) -> int:
+        """Queue now rows this poller placed later that their kind can start sooner (a
+        raised rate, a resume; see ``FlowQueue.recall``), each read back first: one
+        cancelled, rescheduled or fired meanwhile is not queued. Returns how many were
+        queued; on a store error none (they come back at their placed time)."""
+        core = self.core
+        now = core.clock.now_ms()
+        with core.cond:
+            jobs = core.due.recall(now)
+        if not jobs:
+            return 0
+        groups: dict[tuple[int, int], dict[tuple[int, str], Job]] = {}
+        for job in jobs:
+            groups.setdefault((job.shard, job.bucket), {})[(job.fire_ms, job.job_id)] = job
+        parts: list[PartRange] = [(bucket, shard, (min(k)[0], ""), max(k)[0])
+                                  for (shard, bucket), k in groups.items()]
+        limit = max(map(len, groups.values())) + RECALL_SLACK
+        try:
+            found = core.store.read_buckets(parts, limit)
+        except SchedulerError as exc:
+            core.store_fault.failed(exc)
+            with core.cond:
+                core.due.placed(jobs)  # remembered again: tried on the next refresh
+            return 0
+        n = 0
+        with core.cond:
+            for ((shard, bucket), keys), rows in zip(groups.items(), found, strict=True):
+                st = core.shards.get(shard)
+                if st is None or not st.reading:
+                    continue
+                if len(rows) >= limit:  # a full page: those past it are tried again later
+                    seen = {(r.fire_ms, r.job_id) for r in rows}
+                    core.due.placed([job for key, job in keys.items() if key not in seen])
+                for row in rows:
+                    key = (row.fire_ms, row.job_id)
+                    if (key in keys and row.fired_ms is None and row.kind and row.due_ms <= now
+                            and st.progress.take_early(bucket, key)):
+                        core.due.push(row, at_ms=row.due_ms)
+                        n += 1
+            if n:
+                core.cond.notify_all()
+        return n
 
     def _no_split(self, exc: SchemaError) -> bool:
         """The store's schema has the limits but not the published parts (before v008):

@@ -36,11 +36,17 @@ from .duequeue import DueQueue
 HORIZON_S = 5.0
 KEEP_MIN = 50
 # A paused kind's due jobs are placed this far ahead, again and again while it stays
-# paused: each held job costs one write per HOLD_S, and a resumed kind's held jobs are
-# back within HOLD_S. (Reading them back at once would need to tell a held row from a
-# retry waiting for its backoff, which a bucket row does not say.)
+# paused: each held job costs one write per HOLD_S. On resume a poller takes back the
+# rows it placed itself (``recall``); others (placed by a poller since gone) are back
+# within HOLD_S. A bucket row cannot say it was held, so only remembered rows are taken
+# back: a retry waiting for its backoff is never taken early.
 HOLD_S = 30.0
 HELD = "held: its kind is paused"
+DEFERRED = "deferred: its kind is throttled"
+PLACED_BY_FLOW = (HELD, DEFERRED)
+# Rows placed later that a poller remembers per kind, to take back early when its kind
+# can start them sooner (a raised rate, a resume); older ones come back at their time.
+PLACED_MAX = 50_000
 # At most this many jobs of one kind are placed later per dispatcher pass.
 EXCESS_BATCH = 2000
 # A throttled kind's excess is placed at most this far ahead, however slow its rate: a
@@ -71,6 +77,8 @@ class FlowQueue:
         self._starts: dict[str, deque[tuple[float, int]]] = {}
         self._holds: dict[str, deque[tuple[float, int]]] = {}
         self.throttled_kinds: set[str] = set()  # refused at least once since the last look
+        # kind -> row -> job: rows this poller placed later (``placed``), oldest first.
+        self._placed: dict[str, dict[Key, Job]] = {}
 
     @property
     def throttled(self) -> int:
@@ -211,7 +219,7 @@ class FlowQueue:
                           key=lambda j: (j.due_ms, j.job_id))
             start = 1000 * keep / rate
             latest = DEFER_MAX_S * 1000
-            why = "deferred: its kind is throttled"
+            why = DEFERRED
             out += [(job, now_ms + int(min(latest, start + 1000 * i / rate)), why)
                     for i, job in enumerate(jobs)]
         return out
@@ -223,6 +231,43 @@ class FlowQueue:
         if gate is not None and gate.rate_share is not None and gate.rate_share > 0:
             return gate.rate_share
         return max(1.0, _sum(self._starts, kind, now, HORIZON_S) / HORIZON_S)
+
+    def placed(self, jobs: list[Job]) -> None:
+        """The recorder wrote these rows: jobs this queue placed later (held or deferred)."""
+        for job in jobs:
+            rows = self._placed.setdefault(job.kind, {})
+            rows[_row(job)] = job
+            while len(rows) > PLACED_MAX:
+                del rows[next(iter(rows))]
+
+    def recall(self, now_ms: int) -> list[Job]:
+        """Rows placed later that their kind can start sooner than placed: up to what keeps
+        each such kind's queue at its ``keep`` (a kind not paused, whose waiting jobs fell
+        below half of it). Forgotten here; the caller checks each row is still pending
+        before queueing it. Rows whose time has passed are forgotten (they came back)."""
+        out: list[Job] = []
+        now = self._mono()
+        waiting = self.fair.waiting_kinds()
+        for kind in list(self._placed):
+            rows = self._placed[kind]
+            for key in [k for k in rows if k[0] <= now_ms]:
+                del rows[key]
+            if not rows:
+                del self._placed[kind]
+                continue
+            limits = self.limits.get(kind)
+            if limits is not None and limits.paused:
+                continue
+            if limits is None or (limits.rate_per_s is None and kind not in self.throttled_kinds):
+                keep = self._keep_max  # nothing holds it back any more
+            else:
+                keep = min(max(KEEP_MIN, int(self._rate(kind, limits, now) * HORIZON_S)), self._keep_max)
+            have = waiting.get(kind, 0)
+            if have * 2 >= keep:
+                continue
+            for key in list(rows)[:keep - have]:  # placed in due order: oldest first
+                out.append(rows.pop(key))
+        return out
 
     def held(self, kind: str) -> int:
         """Jobs of ``kind`` this poller holds: those it placed ahead in the last ``HOLD_S``."""

@@ -22,6 +22,7 @@ from ..errors import SchedulerError
 from ..observe.faults import Backoff
 from ..observe.logdigest import LogDigest, summary_text
 from ..store.roles import Firing
+from .flowqueue import PLACED_BY_FLOW
 from .occurrences import WAIT
 from .shared import Core
 
@@ -75,6 +76,7 @@ class Recorder:
                 failed.append(o)
             lateness.append(max(0, o.started_ms - o.job.due_ms) / 1000)
         store: Firing = core.store
+        placed: list[Job] = []  # jobs flow control placed later, at their new rows
         try:
             if fired:
                 store.record_fired(fired, now)
@@ -85,8 +87,10 @@ class Recorder:
                     store.record_retry(o.job, self.retry_job(o.job, o.retry_at_ms), o.error or "", now)
             for o in skipped:
                 if o.skip == WAIT and o.retry_at_ms is not None:
-                    store.record_retry(o.job, self.retry_job(o.job, o.retry_at_ms, attempt=False),
-                                       o.error or "", now)
+                    later = self.retry_job(o.job, o.retry_at_ms, attempt=False)
+                    store.record_retry(o.job, later, o.error or "", now)
+                    if o.error in PLACED_BY_FLOW:
+                        placed.append(later)
                 else:
                     store.record_skipped(o.job, o.error or "", now)
                     if (sid := o.job.schedule_id) is not None:
@@ -99,6 +103,8 @@ class Recorder:
         with core.cond:
             shards = core.shards
             due = core.due
+            if placed:
+                due.placed(placed)
             for o in batch:
                 job = o.job
                 due.finished(job)

@@ -157,3 +157,24 @@ def test_a_stored_rate_at_the_floor_places_the_excess_at_most_a_minute_ahead():
     q.pop_ready(1000, 10)
     out = q.excess(1000)
     assert out and max(at for _, at, _ in out) <= 1000 + 60_000
+
+
+def test_rows_placed_later_are_recalled_once_their_kind_can_start_them_not_while_paused():
+    q, _ = queue()
+    q.set_limits(Limits("p", paused=True), None, None)
+    placed = [job(f"p{i}", 100 + i, kind="p").evolve(fire_ms=50_000 + i) for i in range(3)]
+    q.placed(placed)
+    assert q.recall(1000) == [], "paused: they stay where they were placed"
+    q.set_limits(Limits("p"), None, None)  # resumed, no limits left
+    assert q.recall(1000) == placed, "oldest first, all of them: nothing holds the kind back"
+    assert q.recall(1000) == [], "forgotten once recalled"
+    q.placed(placed)
+    assert q.recall(60_000) == [], "rows whose time has passed came back by themselves"
+
+
+def test_a_raised_rate_recalls_what_the_kind_can_start_soon():
+    q, _ = queue()
+    q.set_limits(Limits("t", rate_per_s=20.0), 20.0, None)
+    q.placed([job(f"t{i:04d}", 100, kind="t").evolve(fire_ms=90_000 + i) for i in range(1000)])
+    got = q.recall(1000)
+    assert len(got) == max(KEEP_MIN, 20 * 5), "its queue filled to what it starts in the horizon"
