@@ -94,6 +94,23 @@ class ThreadWorkers:
     def submit(self, jobs: list[Job]) -> None:
         self.work.put(jobs)
 
+    def _unstarted(self) -> list[Job]:
+        """Take every chunk waiting in the work queue (a stop's end markers stay)."""
+        out: list[Job] = []
+        ends = 0
+        while True:
+            try:
+                chunk = self.work.get_nowait()
+            except queue.Empty:
+                break
+            if chunk is None:
+                ends += 1
+            else:
+                out += chunk
+        for _ in range(ends):
+            self.work.put(None)
+        return out
+
     def fire_inline(self, jobs: list[Job]) -> list[Outcome]:
         """Run handlers in the caller's thread (no timeout applies)."""
         return self.fire_chunk(jobs, self._inline)
@@ -149,9 +166,12 @@ class ThreadWorkers:
         try:
             for i, job in enumerate(jobs):
                 if i and mono() - started > CHUNK_HANDBACK_S:
-                    # Back to the poller's queue, not to the end of the work queue: there
-                    # they wait their turn by priority again, not behind later chunks.
-                    core.requeue(jobs[i:], slot)
+                    # Handlers are slow now: this chunk's unstarted jobs, and those of the
+                    # chunks still waiting in the work queue, go back to the poller's
+                    # queue, where they wait their turn by priority again and are handed
+                    # out one by one; left in the work queue, each chunk would start its
+                    # first job ahead of higher priorities.
+                    core.requeue(jobs[i:] + self._unstarted(), slot)
                     self.fast = False
                     break
                 if skips and (skipped := skips.get(job.job_id)) is not None:

@@ -239,11 +239,7 @@ def priorities_in_start_order(store: Store, warm_up: bool) -> list[int]:
 
 
 @pytest.mark.parametrize("warm_up", [
-    pytest.param(False, id="chunks", marks=pytest.mark.xfail(strict=True, reason=(
-        "the dispatcher hands every due job to the workers at once, in chunks; a slow chunk "
-        "hands its unstarted jobs back to the poller's queue, but each chunk already in the "
-        "work queue still starts its first job: with one worker, 20 priority 9 and 20 "
-        "priority 1 jobs due together (chunks of 32 and 8) start 9, 1, 9, 9, ..."))),
+    pytest.param(False, id="chunks"),
     pytest.param(True, id="one-by-one"),
 ])
 def test_priority_9_starts_before_priority_1_under_saturation(fstore, warm_up):

@@ -448,3 +448,21 @@ def test_a_job_of_a_kind_paused_after_it_was_handed_to_a_worker_is_held_not_run(
     assert held.retry_at_ms is not None and held.retry_at_ms >= before + HOLD_S * 1000
     c.due.set_limits(Limits("p"), None, None)
     assert c.due.paused == frozenset()
+
+
+def test_a_slow_chunk_takes_back_the_chunks_still_waiting_and_keeps_the_stop_markers():
+    """Left in the work queue, each waiting chunk would start its first job ahead of
+    higher priorities; the stop's end markers must stay for the workers."""
+    c = core()
+    c.shards[0] = OwnedShard(ShardProgress(0, 60, Checkpoint(0)), 1, Checkpoint(0), running=6)
+    workers = ThreadWorkers(c, App.for_function(lambda j: time.sleep(0.02)))
+    jobs = [job(i) for i in range(6)]
+    c.flight.dispatched += 6
+    workers.work.put(jobs[3:5])
+    workers.work.put(None)
+    workers.work.put(jobs[5:])
+    done = workers.fire_chunk(jobs[:3], _Worker(c.flight.new_slot()))
+    assert [o.job for o in done] == jobs[:1]
+    assert sorted(c.due._jobs()) == jobs[1:], "every unstarted job is back in the poller's queue"
+    assert workers.work.get_nowait() is None and workers.work.empty()
+    assert c.flight.in_flight() == 0
