@@ -144,6 +144,12 @@ class FlowControl:
                     metrics.flow_limit.labels(kind, "rate").set(rate)
                 if conc is not None:
                     metrics.flow_limit.labels(kind, "concurrency").set(conc)
+            # A part of a limit that is gone is forgotten: set again, it starts from 0.
+            for kind, which in list(self._parts):
+                now_lim = limits.get(kind)
+                if now_lim is None or (now_lim.rate_per_s if which == "rate"
+                                       else now_lim.concurrency) is None:
+                    del self._parts[(kind, which)]
             for kind in self._kinds - set(limits):
                 queue.set_limits(Limits(kind), None, None)
                 for which in ("rate", "concurrency"):

@@ -70,7 +70,9 @@ class FlowQueue:
         # hold a paused kind's jobs handed to them before the pause.
         self.paused: frozenset[str] = frozenset()
         self._mono = monotonic
-        self._admitted: set[Key] = set()
+        # Admitted rows not finished yet, counted: a row can be admitted again while its
+        # first run goes on (its shard lost and claimed again, the row read again).
+        self._admitted: Counter[Key] = Counter()
         # Starts per kind over the last few seconds (the rate a kind limited only by
         # concurrency or key is seen to drain at), and holds of paused kinds in the
         # last HOLD_S (a held job is placed again once per HOLD_S while paused).
@@ -118,9 +120,7 @@ class FlowQueue:
         gate. Each job returned is admitted: call ``finished`` for it later."""
         for job in self.due.pop_ready(now_ms, len(self.due)):
             self.fair.add(job)
-        if max_n <= 0:
-            return []
-        jobs = self.fair.take(max_n, now_ms, self._admit)
+        jobs = self.fair.take(max(0, max_n), now_ms, self._admit)
         if jobs:
             now = self._mono()
             for kind, n in Counter(j.kind for j in jobs).items():
@@ -131,7 +131,7 @@ class FlowQueue:
     def _admit(self, job: Job) -> str | None:
         reason = self.gates.try_start(job.kind)
         if reason is None:
-            self._admitted.add(_row(job))
+            self._admitted[_row(job)] += 1
         else:
             self.throttled_kinds.add(job.kind)
         return reason
@@ -139,8 +139,10 @@ class FlowQueue:
     def finished(self, job: Job) -> None:
         """An admitted job ended (recorded, or handed back unstarted); others are ignored."""
         row = _row(job)
-        if row in self._admitted:
-            self._admitted.discard(row)
+        if self._admitted[row] > 0:
+            self._admitted[row] -= 1
+            if not self._admitted[row]:
+                del self._admitted[row]
             self.gates.finished(job.kind)
             self.fair.finished(job)
 

@@ -213,15 +213,19 @@ class Core:
 
     def requeue(self, jobs: list[Job], slot: int) -> None:
         """Put dispatched jobs that were not started back in the due queue (ownership in
-        doubt): dispatched again once the lease is renewed, or dropped with their shard.
-        The reader's cursor has passed them: they must not be forgotten."""
+        doubt, or handlers slow: see ``ThreadWorkers.fire_chunk``): dispatched again later,
+        or dropped with their shard. Only a shard still read here takes them back: one
+        being released (or lost) drops them, unfired, and its saved checkpoint stays
+        before them, so its next owner fires them. The reader's cursor has passed them:
+        they must not be forgotten while the shard is ours."""
         with self.cond:
             for job in jobs:
                 st = self.shards.get(job.shard)
                 self.due.finished(job)
                 if st is not None:
                     st.running -= 1
-                    self.due.push(job)
+                    if st.reading:
+                        self.due.push(job)
             self.flight.finished[slot] += len(jobs)
             self.cond.notify_all()
 

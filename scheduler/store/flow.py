@@ -137,8 +137,10 @@ def limits_rows(rows: Sequence[Sequence[Any]]) -> list[Limits]:
     reads nor their arithmetic; a row whose kind is not text is skipped."""
     out = []
     for k, r, b, c, p, z, _updated_ms in rows:
-        if not isinstance(k, str):
-            continue
+        try:
+            check_kind(k)
+        except InvalidInput:
+            continue  # a kind the store would refuse: no poller could publish it
         out.append(Limits(k, _stored_rate(r), _stored_count(b), _stored_count(c), _stored_count(p),
                           z is True or z == 1))
     return sorted((f for f in out if f.paused or any(getattr(f, n) is not None for n in LIMIT_FIELDS)),

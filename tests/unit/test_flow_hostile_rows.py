@@ -62,3 +62,13 @@ def test_a_v007_store_refuses_a_published_part_naming_schema_apply(tmp_path):
             st.demands(now, 3000)
     finally:
         st.close()
+
+
+def test_a_stored_kind_the_store_would_refuse_is_skipped(store):
+    st, path = store
+    with sqlite3.connect(path) as db:
+        for kind in ("bad kind", "", "x" * 65, "<script>"):
+            db.execute("INSERT INTO flow_limits (kind, rate_per_s, burst, concurrency, per_key_concurrency,"
+                       " paused, updated_ms) VALUES (?, 5.0, NULL, NULL, NULL, 0, 0)", (kind,))
+    st.set_limits("good", 5.0, None, None, None, SystemClock().now_ms())
+    assert [lim.kind for lim in st.flow_limits()] == ["good"], "no poller could publish the others"

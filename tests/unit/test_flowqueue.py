@@ -178,3 +178,27 @@ def test_a_raised_rate_recalls_what_the_kind_can_start_soon():
     q.placed([job(f"t{i:04d}", 100, kind="t").evolve(fire_ms=90_000 + i) for i in range(1000)])
     got = q.recall(1000)
     assert len(got) == max(KEEP_MIN, 20 * 5), "its queue filled to what it starts in the horizon"
+
+
+def test_due_jobs_reach_the_fair_stage_even_with_no_room_to_start_any():
+    q, _ = queue()
+    q.set_limits(Limits("p", paused=True), None, None)
+    q.push(job("p0", 100, kind="p"))
+    assert q.pop_ready(1000, 0) == []
+    assert q.fair.waiting_kinds() == {"p": 1}, "a paused kind is held while the flight is full"
+    assert [j.job_id for j, _, _ in q.excess(1000)] == ["p0"]
+
+
+def test_a_row_admitted_twice_frees_its_slot_twice():
+    q, _ = queue()
+    q.set_limits(Limits("c", concurrency=5), None, 5)
+    row = job("j", 100, kind="c")
+    q.push(row)
+    assert q.pop_ready(1000, 10) == [row]
+    q.push(row)  # read again (its shard lost and claimed again) while the first run goes on
+    assert q.pop_ready(1000, 10) == [row]
+    gate = q.gates.get("c")
+    assert gate is not None and gate.running == 2
+    q.finished(row)
+    q.finished(row)
+    assert gate.running == 0

@@ -466,3 +466,17 @@ def test_a_slow_chunk_takes_back_the_chunks_still_waiting_and_keeps_the_stop_mar
     assert sorted(c.due._jobs()) == jobs[1:], "every unstarted job is back in the poller's queue"
     assert workers.work.get_nowait() is None and workers.work.empty()
     assert c.flight.in_flight() == 0
+
+
+def test_jobs_handed_back_for_a_shard_being_released_are_dropped_not_queued():
+    """Queued again, they would fire after the release saved its checkpoint before them:
+    on a poller that no longer owns the shard, and again on its next owner."""
+    from scheduler.poller.shared import ShardState
+
+    c = core()
+    st = OwnedShard(ShardProgress(0, 60, Checkpoint(0)), 1, Checkpoint(0), running=2)
+    c.shards[0] = st
+    c.flight.dispatched += 2
+    st.move(ShardState.RELEASING)
+    c.requeue([job(0), job(1)], c.flight.new_slot())
+    assert len(c.due) == 0 and st.running == 0 and c.flight.in_flight() == 0
