@@ -301,33 +301,30 @@ def slots(total: int, demands: Mapping[str, int], me: str) -> int:
     return base[me] + (1 if me in above[:extra] else 0)
 
 
-def rate_part(total: float, rows: Sequence[Demand], me: str, current: float) -> float:
+def rate_part(total: float, rows: Sequence[Demand], me: str, current: float,
+              visible: bool = True) -> float:
     """My next part of a fleet-wide rate: my max-min fair ``share`` of the latest demands,
     lowered at once, but raised only into what the others' published parts leave free, and
-    by at most an equal cut of it among the pollers that want more (each computes the same
-    cut from the same rows, so a fleet raising at once still sums to at most ``total``).
-    Without this, when a backlog falls due on every poller at once, the first to look sees
-    the others' demands still at 0, takes the whole rate, and the others take their parts
-    before it gives its surplus back: the fleet goes over for up to a refresh.
+    by at most an equal cut of that among *all* the pollers of the snapshot. Pollers that
+    raise at the same moment, from the same or older rows, each take at most their cut of
+    the same free room, so the parts in force never sum over ``total``: without this, when
+    a backlog falls due on every poller at once, the first to look sees the others'
+    demands still at 0 and takes the whole rate while the others take theirs.
 
     ``rows``: the fresh rows of one kind, one per poller, mine included (with my current
-    demand). ``current``: my part in force. A row without a part (a poller that has not
-    published one yet) counts as its fair share. Deterministic and pure."""
+    demand). ``current``: my part in force. ``visible``: whether my previous part was in
+    the rows I read (the others have seen me); until it is, I never raise, so a poller
+    that starts, or comes back after an outage, cannot take a part the others still hold.
+    A row without a part counts as its fair share. Deterministic and pure."""
     latest = {r.poller: max(0, r.demand) for r in rows}
     if me not in latest or total <= 0:
         return 0.0
     target = share(total, latest, me)
-    if target <= current:
-        return target
+    if target <= current or not visible:
+        return min(target, current)
     others = 0.0
-    raisers = 1
     for r in rows:
-        if r.poller == me:
-            continue
-        fair = share(total, latest, r.poller)
-        part = fair if r.part is None else r.part
-        others += part
-        if fair > part + 1e-9:
-            raisers += 1
+        if r.poller != me:
+            others += share(total, latest, r.poller) if r.part is None else r.part
     free = max(0.0, total - others - current)
-    return min(target, current + free / raisers)
+    return min(target, current + free / len(latest))

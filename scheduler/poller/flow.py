@@ -43,6 +43,9 @@ class FlowControl:
         self._old_schema_said = False
         self._kinds: set[str] = set()
         self._old_split_said = False
+        # When my parts were last published (monotonic s): once the others may have
+        # dropped my rows as stale, they may take my parts, so I hold none.
+        self._published_at: float | None = None
         # My parts in force, kept while the store fails: (kind, "rate"|"concurrency").
         self._parts: dict[tuple[str, str], float] = {}
 
@@ -87,6 +90,7 @@ class FlowControl:
             ok = False
         rows_of: dict[str, list[Demand]] = {}
         others_running: dict[str, int] = {}
+        mine_seen = {(row.poller, row.kind) for row in seen if row.poller == me}
         for row in seen:
             if row.poller != me:
                 rows_of.setdefault(row.kind, []).append(row)
@@ -102,9 +106,10 @@ class FlowControl:
                 elif ok:
                     demand, running = mine[kind]
                     kind_rows = [*rows_of.get(kind, []), Demand(me, kind, demand, running, now, current)]
-                    parts[kind] = rate_part(lim.rate_per_s, kind_rows, me, current)
+                    parts[kind] = rate_part(lim.rate_per_s, kind_rows, me, current,
+                                            visible=(me, kind) in mine_seen)
                 else:
-                    parts[kind] = min(current, lim.rate_per_s)
+                    parts[kind] = min(current, lim.rate_per_s) if self._still_seen() else 0.0
         if ok:
             try:
                 store.publish_demand(me, [(k, d, r, parts.get(k)) for k, (d, r) in sorted(mine.items())], now)
@@ -118,6 +123,7 @@ class FlowControl:
                 parts = {k: min(p, self._parts.get((k, "rate"), 0.0)) for k, p in parts.items()}
             else:
                 self.fault.ok()
+                self._published_at = core.clock.monotonic()
         snapshot = by_kind([*seen, *(Demand(me, k, d, r, now) for k, (d, r) in mine.items())])
         metrics = core.metrics
         with core.cond:
@@ -137,7 +143,8 @@ class FlowControl:
                         conc = min(slots(lim.concurrency, demands, me),
                                    max(0, lim.concurrency - others_running.get(kind, 0)))
                     else:
-                        conc = min(int(self._parts.get((kind, "concurrency"), 0)), lim.concurrency)
+                        conc = (min(int(self._parts.get((kind, "concurrency"), 0)), lim.concurrency)
+                                if self._still_seen() else 0)
                     self._parts[(kind, "concurrency")] = conc
                 queue.set_limits(lim, rate, conc)
                 if rate is not None:
@@ -206,6 +213,12 @@ class FlowControl:
             if n:
                 core.cond.notify_all()
         return n
+
+    def _still_seen(self) -> bool:
+        """Whether the others still count my last published parts (my rows are fresh for
+        ``DEMAND_MAX_AGE_MS``, less a refresh of margin)."""
+        at = self._published_at
+        return at is not None and self.core.clock.monotonic() - at < DEMAND_MAX_AGE_MS / 1000 - REFRESH_S
 
     def _no_split(self, exc: SchemaError) -> bool:
         """The store's schema has the limits but not the published parts (before v008):

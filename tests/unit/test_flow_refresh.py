@@ -1,0 +1,56 @@
+"""A poller's flow refresh against a store in memory: a part is raised only once the
+others have seen this poller, and none is held once they may have stopped counting it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheduler.domain.clock import FakeClock
+from scheduler.domain.flow import Demand, Limits
+from scheduler.errors import StoreUnavailable
+from scheduler.observe.metrics import PollerMetrics
+from scheduler.poller.config import PollerConfig
+from scheduler.poller.flow import FlowControl
+from scheduler.poller.shared import Core
+from tests.unit.test_poller_roles import META, FakeStore
+
+
+class FlowStore(FakeStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.limits = [Limits("k", rate_per_s=100.0)]
+        self.rows: dict[tuple[str, str], Demand] = {}
+        self.failing = False
+
+    def flow_limits(self) -> list[Any]:
+        return list(self.limits)
+
+    def publish_demand(self, poller: str, entries: Any, now_ms: int) -> None:
+        if self.failing:
+            raise StoreUnavailable("the demand table is unreachable")
+        for kind, demand, running, part in entries:
+            self.rows[(poller, kind)] = Demand(poller, kind, demand, running, now_ms, part)
+
+    def demands(self, now_ms: int, max_age_ms: int) -> list[Demand]:
+        if self.failing:
+            raise StoreUnavailable("the demand table is unreachable")
+        return [r for r in self.rows.values() if abs(now_ms - r.at_ms) <= max_age_ms]
+
+
+def test_a_part_grows_only_once_seen_and_is_dropped_when_it_can_no_longer_be_published():
+    store, clock = FlowStore(), FakeClock()
+    core = Core(store, clock, PollerConfig(), "me", PollerMetrics(), META)  # type: ignore[arg-type]
+    flow = FlowControl(core)
+    flow.refresh()
+    gate = core.due.gates.get("k")
+    assert gate is not None and gate.rate_share == 0, "not seen yet by the others: no part"
+    clock.advance(1.0)
+    flow.refresh()
+    assert gate.rate_share == 100.0, "alone and seen: the whole rate"
+    store.failing = True
+    clock.advance(1.0)
+    flow.refresh()
+    assert gate.rate_share == 100.0, "its rows are still fresh: the others still count them"
+    clock.advance(1.5)
+    flow.refresh()
+    assert gate.rate_share == 0, "the others may have dropped its rows: it holds no part"
