@@ -19,6 +19,8 @@ from collections.abc import Callable
 
 from ..domain.dispatch import App, Outcome, Route, failed, failure, refused
 from ..domain.model import OCCURRENCE_PREFIX, Job
+from .flowqueue import HELD, HOLD_S
+from .occurrences import WAIT
 from .shared import Core
 
 
@@ -163,6 +165,9 @@ class AsyncWorkers:
         started = now_ms()
         if skipped is not None:
             outcome = skipped
+        elif core.due.paused and job.kind in core.due.paused:
+            # Paused after it was handed over: held, as the dispatcher holds one.
+            outcome = Outcome(job, False, HELD, started + int(HOLD_S * 1000), False, started, WAIT)
         elif isinstance(route, str):
             outcome = refused(route, job, started)
         else:

@@ -225,7 +225,9 @@ class Core:
                 if st is not None:
                     st.running -= 1
                     if st.reading:
-                        self.due.push(job)
+                        # A row taken ahead of its placed time (recalled, nudged) leaves
+                        # at its due time again, not at the time it was placed at.
+                        self.due.push(job, at_ms=min(job.fire_ms, job.due_ms))
             self.flight.finished[slot] += len(jobs)
             self.cond.notify_all()
 

@@ -19,7 +19,7 @@ class FlowStore(FakeStore):
     def __init__(self) -> None:
         super().__init__()
         self.limits = [Limits("k", rate_per_s=100.0)]
-        self.rows: dict[tuple[str, str], Demand] = {}
+        self.demand_rows: dict[tuple[str, str], Demand] = {}
         self.failing = False
 
     def flow_limits(self) -> list[Any]:
@@ -29,12 +29,12 @@ class FlowStore(FakeStore):
         if self.failing:
             raise StoreUnavailable("the demand table is unreachable")
         for kind, demand, running, part in entries:
-            self.rows[(poller, kind)] = Demand(poller, kind, demand, running, now_ms, part)
+            self.demand_rows[(poller, kind)] = Demand(poller, kind, demand, running, now_ms, part)
 
     def demands(self, now_ms: int, max_age_ms: int) -> list[Demand]:
         if self.failing:
             raise StoreUnavailable("the demand table is unreachable")
-        return [r for r in self.rows.values() if abs(now_ms - r.at_ms) <= max_age_ms]
+        return [r for r in self.demand_rows.values() if abs(now_ms - r.at_ms) <= max_age_ms]
 
 
 def test_a_part_grows_only_once_seen_and_is_dropped_when_it_can_no_longer_be_published():

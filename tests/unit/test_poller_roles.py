@@ -480,3 +480,36 @@ def test_jobs_handed_back_for_a_shard_being_released_are_dropped_not_queued():
     st.move(ShardState.RELEASING)
     c.requeue([job(0), job(1)], c.flight.new_slot())
     assert len(c.due) == 0 and st.running == 0 and c.flight.in_flight() == 0
+
+
+def test_an_async_handler_of_a_kind_paused_after_hand_over_is_held_not_awaited():
+    import asyncio
+
+    from scheduler.domain.flow import Limits
+    from scheduler.poller.aio import AsyncWorkers
+    from scheduler.poller.flowqueue import HELD
+
+    c = core()
+    c.due.set_limits(Limits("p", paused=True), None, None)
+    awaited: list[str] = []
+
+    async def handler(j: Job) -> None:
+        awaited.append(j.job_id)
+
+    app = App.for_function(handler)
+    workers = AsyncWorkers(c, app)
+    try:
+        asyncio.run(workers._fire(job(0, kind="p"), app.resolve("p"), None))
+        assert awaited == [] and [(o.error, o.skip) for o in workers._pending] == [(HELD, "wait")]
+    finally:
+        workers.loop.close()
+
+
+def test_a_recalled_row_handed_back_leaves_at_its_due_time_not_its_placed_time():
+    c = core()
+    c.shards[0] = OwnedShard(ShardProgress(0, 60, Checkpoint(0)), 1, Checkpoint(0), running=1)
+    now = SystemClock().now_ms()
+    recalled = job(0).evolve(due_ms=now - 5000, fire_ms=now + 50_000)  # placed later, taken back
+    c.flight.dispatched += 1
+    c.requeue([recalled], c.flight.new_slot())
+    assert [j.job_id for j in c.due.pop_ready(now, 10)] == ["j0000"]
