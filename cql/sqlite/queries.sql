@@ -197,10 +197,11 @@ SELECT kind, rate_per_s, burst, concurrency, per_key_concurrency, paused, update
 FROM flow_limits ORDER BY kind;
 
 -- name: upsert_flow_demand
-INSERT OR REPLACE INTO flow_demand (poller, kind, demand, running, at_ms, part) VALUES (?, ?, ?, ?, ?, ?);
+INSERT OR REPLACE INTO flow_demand (poller, kind, demand, running, at_ms, part, slots)
+VALUES (?, ?, ?, ?, ?, ?, ?);
 
 -- name: purge_flow_demand
 DELETE FROM flow_demand WHERE at_ms < ?;
 
 -- name: select_flow_demand
-SELECT poller, kind, demand, running, at_ms, part FROM flow_demand WHERE at_ms >= ? ORDER BY poller, kind;
+SELECT poller, kind, demand, running, at_ms, part, slots FROM flow_demand WHERE at_ms >= ? ORDER BY poller, kind;

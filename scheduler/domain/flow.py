@@ -231,6 +231,7 @@ class Demand(NamedTuple):
     running: int
     at_ms: int
     part: float | None = None  # its part of the kind's rate (None: no rate part published)
+    slots: int | None = None  # its part of the kind's concurrency (None: none published)
 
 
 def fresh(entries: Iterable[Demand], now_ms: int, max_age_ms: int) -> list[Demand]:
@@ -328,3 +329,28 @@ def rate_part(total: float, rows: Sequence[Demand], me: str, current: float,
             others += share(total, latest, r.poller) if r.part is None else r.part
     free = max(0.0, total - others - current)
     return min(target, current + free / len(latest))
+
+
+def slot_part(total: int, rows: Sequence[Demand], me: str, current: int,
+              visible: bool = True) -> int:
+    """My next part of a fleet-wide concurrency, by ``rate_part``'s rule in whole slots: my
+    ``slots`` of the latest demands, lowered at once, raised only into what the others'
+    published slots leave free and by at most an equal cut of it among all the pollers
+    of the snapshot, and only once my previous part was ``visible``. The remainder of the
+    cut (fewer slots than pollers) goes one slot each to the first pollers by name among
+    those below their share, so the last free slots are not left unused. Without this,
+    demand appearing on several pollers in one round gives each the whole limit (each
+    sees the others' demand still at 0), and their handlers together run over it. A row
+    without slots counts as its ``slots`` share. Deterministic and pure."""
+    latest = {r.poller: max(0, r.demand) for r in rows}
+    if me not in latest or total <= 0:
+        return 0
+    target = slots(total, latest, me)
+    if target <= current or not visible:
+        return min(target, current)
+    held = {r.poller: (slots(total, latest, r.poller) if r.slots is None else r.slots)
+            for r in rows if r.poller != me}
+    held[me] = current
+    cut, extra = divmod(max(0, total - sum(held.values())), len(latest))
+    below = sorted(p for p, n in held.items() if n < slots(total, latest, p))
+    return min(target, current + cut + (1 if below.index(me) < extra else 0))

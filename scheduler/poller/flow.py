@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 
-from ..domain.flow import Demand, Limits, by_kind, fresh, rate_part, slots
+from ..domain.flow import Demand, Limits, fresh, rate_part, slot_part
 from ..domain.model import Job
 from ..errors import SchedulerError, SchemaError
 from ..observe.faults import FaultLog
@@ -95,57 +95,63 @@ class FlowControl:
             if row.poller != me:
                 rows_of.setdefault(row.kind, []).append(row)
                 others_running[row.kind] = others_running.get(row.kind, 0) + row.running
-        # My rate parts first: they are published with my demand, so that the others
-        # raise theirs only into what mine leaves (domain.flow.rate_part).
+        # My parts first: they are published with my demand, so that the others raise
+        # theirs only into what mine leave (domain.flow.rate_part, slot_part).
         parts: dict[str, float] = {}
+        conc_parts: dict[str, int] = {}
+        keep = self._still_seen()  # unpublished, my parts in force stay while the others count them
         for kind, lim in limits.items():
+            if kind not in mine:  # only paused
+                continue
+            cur_rate = self._parts.get((kind, "rate"), 0.0)
+            cur_conc = int(self._parts.get((kind, "concurrency"), 0))
+            if alone or not ok:
+                if lim.rate_per_s is not None:
+                    parts[kind] = (lim.rate_per_s if alone
+                                   else min(cur_rate, lim.rate_per_s) if keep else 0.0)
+                if lim.concurrency is not None:
+                    conc_parts[kind] = (lim.concurrency if alone
+                                        else min(cur_conc, lim.concurrency) if keep else 0)
+                continue
+            demand, running = mine[kind]
+            kind_rows = [*rows_of.get(kind, []), Demand(me, kind, demand, running, now, cur_rate, cur_conc)]
+            visible = (me, kind) in mine_seen
             if lim.rate_per_s is not None:
-                current = self._parts.get((kind, "rate"), 0.0)
-                if alone:
-                    parts[kind] = lim.rate_per_s
-                elif ok:
-                    demand, running = mine[kind]
-                    kind_rows = [*rows_of.get(kind, []), Demand(me, kind, demand, running, now, current)]
-                    parts[kind] = rate_part(lim.rate_per_s, kind_rows, me, current,
-                                            visible=(me, kind) in mine_seen)
-                else:
-                    parts[kind] = min(current, lim.rate_per_s) if self._still_seen() else 0.0
+                parts[kind] = rate_part(lim.rate_per_s, kind_rows, me, cur_rate, visible)
+            if lim.concurrency is not None:
+                conc_parts[kind] = slot_part(lim.concurrency, kind_rows, me, cur_conc, visible)
         if ok:
             try:
-                store.publish_demand(me, [(k, d, r, parts.get(k)) for k, (d, r) in sorted(mine.items())], now)
+                store.publish_demand(me, [(k, d, r, parts.get(k), conc_parts.get(k))
+                                          for k, (d, r) in sorted(mine.items())], now)
             except SchemaError as exc:
                 alone = self._no_split(exc)
                 ok = False
                 parts = {k: limits[k].rate_per_s or 0.0 for k in parts}
+                conc_parts = {k: limits[k].concurrency or 0 for k in conc_parts}
             except SchedulerError as exc:
                 self.fault.failed(exc)
                 ok = False  # unpublished, a raise could overlap another poller's: none
                 parts = {k: min(p, self._parts.get((k, "rate"), 0.0)) for k, p in parts.items()}
+                conc_parts = {k: min(n, int(self._parts.get((k, "concurrency"), 0)))
+                              for k, n in conc_parts.items()}
             else:
                 self.fault.ok()
                 self._published_at = core.clock.monotonic()
-        snapshot = by_kind([*seen, *(Demand(me, k, d, r, now) for k, (d, r) in mine.items())])
         metrics = core.metrics
         with core.cond:
             queue = core.due
             for kind, lim in limits.items():
-                demands = snapshot.get(kind, {me: 0})
                 rate = parts.get(kind)
-                conc = None
+                conc = conc_parts.get(kind)
                 if rate is not None:
                     self._parts[(kind, "rate")] = rate
-                if lim.concurrency is not None:
-                    if alone:
-                        conc = lim.concurrency
-                    elif ok:
+                if conc is not None:
+                    self._parts[(kind, "concurrency")] = conc
+                    if ok and lim.concurrency is not None:
                         # Never more than the others leave free: a poller whose part just
                         # shrank still runs its handlers, and they count until they end.
-                        conc = min(slots(lim.concurrency, demands, me),
-                                   max(0, lim.concurrency - others_running.get(kind, 0)))
-                    else:
-                        conc = (min(int(self._parts.get((kind, "concurrency"), 0)), lim.concurrency)
-                                if self._still_seen() else 0)
-                    self._parts[(kind, "concurrency")] = conc
+                        conc = max(0, min(conc, lim.concurrency - others_running.get(kind, 0)))
                 queue.set_limits(lim, rate, conc)
                 if rate is not None:
                     metrics.flow_limit.labels(kind, "rate").set(rate)
@@ -221,7 +227,7 @@ class FlowControl:
         return at is not None and self.core.clock.monotonic() - at < DEMAND_MAX_AGE_MS / 1000 - REFRESH_S
 
     def _no_split(self, exc: SchemaError) -> bool:
-        """The store's schema has the limits but not the published parts (before v008):
+        """The store's schema has the limits but not the published parts (before v009):
         each poller applies each limit as if it were alone (said once)."""
         if not self._old_split_said:
             self._old_split_said = True

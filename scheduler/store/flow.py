@@ -90,27 +90,31 @@ def check_poller(poller: object) -> str:
     return poller
 
 
-# What a poller publishes per kind: (kind, demand, running) or, with its rate part,
-# (kind, demand, running, part).
-DemandEntry = tuple[str, int, int] | tuple[str, int, int, float | None]
+# What a poller publishes per kind: (kind, demand, running), with its rate part
+# (kind, demand, running, part), or with its rate part and slots (..., part, slots).
+DemandEntry = (tuple[str, int, int] | tuple[str, int, int, float | None]
+               | tuple[str, int, int, float | None, int | None])
+CheckedDemand = tuple[str, int, int, float | None, int | None]
 
 
-def check_demand(poller: object, entries: object,
-                 now_ms: object) -> list[tuple[str, int, int, float | None]]:
-    """``entries`` as ``(kind, demand, running[, part])`` tuples, checked: ``InvalidInput``
-    for a bad poller name or kind, a negative or oversized count, a part that is not a
-    finite number from 0 up, or a kind given twice. Returned with the part (or None)."""
+def check_demand(poller: object, entries: object, now_ms: object) -> list[CheckedDemand]:
+    """``entries`` as ``(kind, demand, running[, part[, slots]])`` tuples, checked:
+    ``InvalidInput`` for a bad poller name or kind, a negative or oversized count, a part
+    that is not a finite number from 0 up, or a kind given twice. Returned with the part
+    and the slots (None when not given)."""
     check_poller(poller)
     _int("now_ms", now_ms, 0, INT64_MAX)
     if isinstance(entries, str | bytes) or not isinstance(entries, Sequence):
         raise InvalidInput("demand entries must be a sequence of (kind, demand, running)")
-    out: list[tuple[str, int, int, float | None]] = []
+    out: list[CheckedDemand] = []
     seen: set[str] = set()
     for entry in entries:
-        if not isinstance(entry, tuple | list) or len(entry) not in (3, 4):
-            raise InvalidInput(f"a demand entry must be (kind, demand, running[, part]), got {entry!r}")
+        if not isinstance(entry, tuple | list) or len(entry) not in (3, 4, 5):
+            raise InvalidInput("a demand entry must be (kind, demand, running[, part[, slots]]), "
+                               f"got {entry!r}")
         kind, demand, running = entry[:3]
-        part = entry[3] if len(entry) == 4 else None
+        part = entry[3] if len(entry) >= 4 else None
+        slots = entry[4] if len(entry) == 5 else None
         if part is not None and (isinstance(part, bool) or not isinstance(part, int | float)
                                  or not math.isfinite(part) or part < 0):
             raise InvalidInput(f"a rate part must be a finite number from 0 up, got {part!r}")
@@ -119,7 +123,8 @@ def check_demand(poller: object, entries: object,
             raise InvalidInput(f"kind {kind!r} is given twice in one demand report")
         seen.add(kind)
         out.append((kind, _int("demand", demand, 0, INT64_MAX), _int("running", running, 0, INT32_MAX),
-                    None if part is None else float(part)))
+                    None if part is None else float(part),
+                    None if slots is None else _int("slots", slots, 0, INT32_MAX)))
     return out
 
 
@@ -162,11 +167,11 @@ def _stored_count(value: Any) -> int | None:
 
 
 def demand_rows(rows: Sequence[Sequence[Any]], now_ms: int, max_age_ms: int) -> list[Demand]:
-    """``(poller, kind, demand, running, at_ms, part)`` rows as the domain's ``fresh``
-    keeps them (at most ``max_age_ms`` from ``now_ms``, either way), by poller and kind.
-    A part that is not a finite number from 0 up (written outside this code) reads as
-    None: that poller's part is then estimated from its demand."""
-    return fresh((Demand(p, k, d, r, a, _part(x)) for p, k, d, r, a, x in rows
+    """``(poller, kind, demand, running, at_ms, part, slots)`` rows as the domain's
+    ``fresh`` keeps them (at most ``max_age_ms`` from ``now_ms``, either way), by poller and
+    kind. A part or slots value that is not a number from 0 up (written outside this
+    code) reads as None: that poller's part is then estimated from its demand."""
+    return fresh((Demand(p, k, d, r, a, _part(x), _slots(n)) for p, k, d, r, a, x, n in rows
                   if isinstance(p, str) and isinstance(k, str) and all(
                       isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (d, r, a))),
                  now_ms, max_age_ms)
@@ -176,6 +181,12 @@ def _part(value: Any) -> float | None:
     if value is None or isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value) if math.isfinite(value) and value >= 0 else None
+
+
+def _slots(value: Any) -> int | None:
+    if value is None or isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value if 0 <= value <= INT32_MAX else None
 
 
 class FlowTables(ABC):
@@ -204,7 +215,7 @@ class FlowTables(ABC):
 
     @abstractmethod
     def publish_demand(self, poller: str, entries: Sequence[DemandEntry], now_ms: int) -> None:
-        """Record ``(kind, demand, running[, part])`` for each entry as ``poller``'s latest, at
+        """Record ``(kind, demand, running[, part[, slots]])`` for each entry as ``poller``'s latest, at
         ``now_ms``. Idempotent; ``InvalidInput`` for a bad entry, and nothing is written.
         A failure part-way (Cassandra, more than one batch) leaves some kinds updated:
         each row stands alone, and the next publish rewrites them all."""

@@ -97,6 +97,14 @@ def test_demand_round_trip_and_freshness(store: Store):
     assert [d.at_ms for d in store.demands(T0_MS + 1_500, 10_000)] == [T0_MS + 1_000, T0_MS, T0_MS + 500]
 
 
+def test_published_parts_and_slots_round_trip(store: Store):
+    store.publish_demand("p1", [("email", 5, 2, 12.5, 3), ("sms", 1, 0, None, 4), ("push", 1, 0, 2.0)],
+                         T0_MS)
+    assert store.demands(T0_MS, 1_000) == [
+        Demand("p1", "email", 5, 2, T0_MS, 12.5, 3), Demand("p1", "push", 1, 0, T0_MS, 2.0, None),
+        Demand("p1", "sms", 1, 0, T0_MS, None, 4)]
+
+
 def test_a_demand_from_a_clock_far_ahead_is_not_fresh(store: Store):
     """The domain's ``fresh`` in both stores: a row more than the max age after the
     reader's now (its poller's clock runs ahead) is left out, as a stale one is."""
@@ -161,6 +169,9 @@ BAD_CALLS: list[tuple[str, tuple[Any, ...]]] = [
     ("publish_demand", ("p", [("email", -1, 0)], T0_MS)),
     ("publish_demand", ("p", [("email", 1, None)], T0_MS)),
     ("publish_demand", ("p", [("email", 1)], T0_MS)),
+    ("publish_demand", ("p", [("email", 1, 1, 1.0, -1)], T0_MS)),
+    ("publish_demand", ("p", [("email", 1, 1, 1.0, 1.5)], T0_MS)),
+    ("publish_demand", ("p", [("email", 1, 1, 1.0, 2, 3)], T0_MS)),
     ("publish_demand", ("p", "email", T0_MS)),
     ("publish_demand", ("p", [("email", 1, 1)], -1)),
     ("demands", (T0_MS, -1)),

@@ -23,6 +23,7 @@ from scheduler.domain.flow import (
     parse_rate,
     rate_part,
     share,
+    slot_part,
     slots,
 )
 from scheduler.domain.gates import Gates, KindGate
@@ -382,3 +383,51 @@ def test_the_parts_never_sum_over_the_rate_whatever_the_demands(n, offsets, step
         return int(steps[(int(me[1:]) * 3 + now // 1000) % len(steps)])
     sums = _simulate(n, 100.0, 5, offsets[:n], demand)
     assert max(sums) <= 100.0 + 1e-6
+
+
+# --- slot_part: the same for a concurrency, in whole slots ------------------------------
+
+
+def _simulate_slots(n: int, total: int, rounds: int, offsets_ms: list[int],
+                    demand_at: Callable[[str, int], int]) -> list[int]:
+    """As ``_simulate``, for slots: the sum of the slots in force after each refresh."""
+    names = [f"p{i}" for i in range(n)]
+    rows: dict[str, Demand] = {}
+    parts = {p: 0 for p in names}
+    sums: list[int] = []
+    events = sorted((r * 1000 + offsets_ms[i], names[i]) for r in range(rounds) for i in range(n))
+    for now, me in events:
+        d = demand_at(me, now)
+        view = [r for p, r in rows.items() if p != me] + [Demand(me, "k", d, 0, now, None, parts[me])]
+        parts[me] = slot_part(total, view, me, parts[me], visible=me in rows)
+        rows[me] = Demand(me, "k", d, 0, now, None, parts[me])
+        sums.append(sum(parts.values()))
+    return sums
+
+
+@pytest.mark.parametrize("n, offsets", [(2, [100, 500]), (3, [0, 300, 700]), (3, [0, 0, 0])])
+def test_demand_appearing_everywhere_in_one_round_never_puts_the_slots_over(n, offsets):
+    sums = _simulate_slots(n, 10, 8, offsets, lambda me, now: 0 if now < 1000 else 50)
+    assert max(sums) <= 10
+    assert sums[-1] == 10, "every slot is in use after a few rounds"
+
+
+def test_a_lone_free_slot_goes_to_one_poller_and_is_not_stuck():
+    sums = _simulate_slots(2, 1, 4, [0, 0], lambda me, now: 5)
+    assert max(sums) <= 1 and sums[-1] == 1
+
+
+def test_slots_fall_at_once_and_rise_only_into_what_the_others_leave():
+    rows = [Demand("a", "k", 10, 0, 0, None, 8), Demand("b", "k", 10, 0, 0, None, 2)]
+    assert slot_part(10, rows, "a", 8) == 5, "down to its fair share at once"
+    assert slot_part(10, rows, "b", 2) == 2, "a's 8 leaves b nothing more yet"
+
+
+@pytest.mark.fuzz
+@given(st.integers(1, 4), st.integers(1, 12), st.lists(st.integers(0, 999), min_size=4, max_size=4),
+       st.lists(st.integers(0, 30), min_size=12, max_size=12))
+def test_the_slots_never_sum_over_the_limit_whatever_the_demands(n, total, offsets, steps):
+    def demand(me: str, now: int) -> int:
+        return int(steps[(int(me[1:]) * 3 + now // 1000) % len(steps)])
+    sums = _simulate_slots(n, total, 5, offsets[:n], demand)
+    assert max(sums) <= total

@@ -43,21 +43,24 @@ def test_bad_demand_rows_are_skipped(store):
     with sqlite3.connect(path) as db:
         db.execute("INSERT INTO flow_demand (poller, kind, demand, running, at_ms, part)"
                    " VALUES ('bad', 'k', 'abc', 1, ?, 'x')", (now,))
-        db.execute("INSERT INTO flow_demand (poller, kind, demand, running, at_ms, part)"
-                   " VALUES ('inf', 'k', 4, 1, ?, 1e999)", (now,))
+        db.execute("INSERT INTO flow_demand (poller, kind, demand, running, at_ms, part, slots)"
+                   " VALUES ('inf', 'k', 4, 1, ?, 1e999, -3)", (now,))
+        db.execute("INSERT INTO flow_demand (poller, kind, demand, running, at_ms, part, slots)"
+                   " VALUES ('text', 'k', 5, 1, ?, 1.0, 'x')", (now,))
     rows = st.demands(now, 3000)
-    assert [(r.poller, r.demand, r.part) for r in rows] == [("good", 3, 2.5), ("inf", 4, None)]
+    assert [(r.poller, r.demand, r.part, r.slots) for r in rows] == [
+        ("good", 3, 2.5, None), ("inf", 4, None, None), ("text", 5, 1.0, None)]
 
 
-def test_a_v007_store_refuses_a_published_part_naming_schema_apply(tmp_path):
+def test_a_store_before_v009_refuses_a_published_part_naming_schema_apply(tmp_path):
     from scheduler.errors import SchemaError
 
     st = open_store(f"sqlite:///{tmp_path}/old.db")
     try:
-        st.apply_schema(SchemaOptions(shard_count=2, upto=7), SystemClock().now_ms())
+        st.apply_schema(SchemaOptions(shard_count=2, upto=8), SystemClock().now_ms())
         now = SystemClock().now_ms()
         with pytest.raises(SchemaError, match="schema apply"):
-            st.publish_demand("p", [("k", 1, 0, 1.0)], now)
+            st.publish_demand("p", [("k", 1, 0, 1.0, 2)], now)
         with pytest.raises(SchemaError, match="schema apply"):
             st.demands(now, 3000)
     finally:

@@ -28,8 +28,8 @@ class FlowStore(FakeStore):
     def publish_demand(self, poller: str, entries: Any, now_ms: int) -> None:
         if self.failing:
             raise StoreUnavailable("the demand table is unreachable")
-        for kind, demand, running, part in entries:
-            self.demand_rows[(poller, kind)] = Demand(poller, kind, demand, running, now_ms, part)
+        for kind, demand, running, part, slots in entries:
+            self.demand_rows[(poller, kind)] = Demand(poller, kind, demand, running, now_ms, part, slots)
 
     def demands(self, now_ms: int, max_age_ms: int) -> list[Demand]:
         if self.failing:

@@ -61,8 +61,8 @@ class CassandraFlow:
     @dual
     def publish_demand(self, poller: str, entries: Sequence[DemandEntry],
                        now_ms: int) -> CqlSteps[None]:
-        rows = [("upsert_flow_demand", (poller, k, d, r, now_ms, x, DEMAND_TTL_S))
-                for k, d, r, x in check_demand(poller, entries, now_ms)]
+        rows = [("upsert_flow_demand", (poller, k, d, r, now_ms, x, n, DEMAND_TTL_S))
+                for k, d, r, x, n in check_demand(poller, entries, now_ms)]
         batches = [(self._batch_statement(rows[i:i + DEMAND_BATCH]), None)
                    for i in range(0, len(rows), DEMAND_BATCH)]
         if batches:

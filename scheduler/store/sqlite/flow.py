@@ -60,7 +60,7 @@ class SqliteFlow:
 
     def publish_demand(self, poller: str, entries: Sequence[DemandEntry],
                        now_ms: int) -> None:
-        rows = [(poller, k, d, r, now_ms, x) for k, d, r, x in check_demand(poller, entries, now_ms)]
+        rows = [(poller, k, d, r, now_ms, x, n) for k, d, r, x, n in check_demand(poller, entries, now_ms)]
         if not rows:
             return
         with self._tx() as db:
