@@ -20,10 +20,9 @@ from __future__ import annotations
 import logging
 
 from ..domain.flow import Demand, Limits, fresh, rate_part, slot_part
-from ..domain.model import Job
 from ..errors import SchedulerError, SchemaError
 from ..observe.faults import FaultLog
-from ..store.base import PartRange
+from .rows import by_partition, span, take_early
 from .shared import Core
 
 log = logging.getLogger("scheduler.poller")
@@ -188,11 +187,8 @@ class FlowControl:
             jobs = core.due.recall(now)
         if not jobs:
             return 0
-        groups: dict[tuple[int, int], dict[tuple[int, str], Job]] = {}
-        for job in jobs:
-            groups.setdefault((job.shard, job.bucket), {})[(job.fire_ms, job.job_id)] = job
-        parts: list[PartRange] = [(bucket, shard, (min(k)[0], ""), max(k)[0])
-                                  for (shard, bucket), k in groups.items()]
+        groups = by_partition(jobs)
+        parts = [span(shard, bucket, keys) for (shard, bucket), keys in groups.items()]
         limit = max(map(len, groups.values())) + RECALL_SLACK
         try:
             found = core.store.read_buckets(parts, limit)
@@ -210,12 +206,7 @@ class FlowControl:
                 if len(rows) >= limit:  # a full page: those past it are tried again later
                     seen = {(r.fire_ms, r.job_id) for r in rows}
                     core.due.placed([job for key, job in keys.items() if key not in seen])
-                for row in rows:
-                    key = (row.fire_ms, row.job_id)
-                    if (key in keys and row.fired_ms is None and row.kind and row.due_ms <= now
-                            and st.progress.take_early(bucket, key)):
-                        core.due.push(row, at_ms=row.due_ms)
-                        n += 1
+                n += take_early(core, st, bucket, keys, rows, now)
             if n:
                 core.cond.notify_all()
         return n

@@ -54,6 +54,7 @@ from ..domain.progress import Key
 from ..errors import SchedulerError, SchemaError
 from ..observe.faults import Summarised
 from ..producer.wire import Entry, check_entry, decode_message, parse_address
+from .rows import span, take_early
 from .shared import Core
 
 log = logging.getLogger("scheduler.poller")
@@ -118,8 +119,8 @@ class Nudges:
                     wanted[(shard, bucket)].add((fire_ms, job_id))
             queued = self._queued(recheck)
         # One range per nudged shard and bucket, one exact range per retired position.
-        parts = [_span(shard, bucket, keys) for (shard, bucket), keys in wanted.items()]
-        recheck_parts = [_span(shard, bucket, keys) for (shard, bucket, _f), keys in queued.items()]
+        parts = [span(shard, bucket, keys) for (shard, bucket), keys in wanted.items()]
+        recheck_parts = [span(shard, bucket, keys) for (shard, bucket, _f), keys in queued.items()]
         sizes = [*map(len, wanted.values()), *map(len, queued.values())]
         limit = min(core.config.read_limit, max(sizes, default=0) + READ_SLACK)
         try:
@@ -197,17 +198,11 @@ class Nudges:
         # Any row due within the window a nudge may name (not only the read horizon): one
         # due in 2.5 s, placed at now + 3 s, leaves at its due time, not 0.5 s late.
         horizon = self._horizon()
-        n = 0
         with core.cond:
             st = core.shards.get(shard)
             if st is None or not st.reading:
                 return 0
-            for row in rows:
-                key = (row.fire_ms, row.job_id)
-                if (key in keys and row.fired_ms is None and row.kind and row.due_ms <= horizon
-                        and st.progress.take_early(bucket, key)):
-                    core.due.push(row, at_ms=row.due_ms)
-                    n += 1
+            n = take_early(core, st, bucket, keys, rows, horizon)
             if n:
                 core.cond.notify_all()
         return n
@@ -344,10 +339,3 @@ class Nudges:
         if self.address is not None and not self.core.store_fault.failing:
             with contextlib.suppress(SchedulerError):
                 self.core.store.set_notify_endpoint(self.core.name, None, self.core.clock.now_ms())
-
-
-def _span(shard: int, bucket: int, keys: set[Key]) -> tuple[int, int, Key, int]:
-    """The range of ``read_buckets`` holding every one of ``keys`` (positions of one shard
-    and bucket): from just before the first one's millisecond (job ids are never empty,
-    so every row at it sorts after ``(fire_ms, "")``) to the last one's."""
-    return bucket, shard, (min(k[0] for k in keys), ""), max(k[0] for k in keys)

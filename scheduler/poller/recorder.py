@@ -18,12 +18,14 @@ from collections import Counter
 from ..domain.dispatch import Outcome
 from ..domain.keys import bucket_of_ms, from_ms, shard_key
 from ..domain.model import OCCURRENCE_PREFIX, Job
+from ..domain.progress import Key
 from ..errors import SchedulerError
 from ..observe.faults import Backoff
 from ..observe.logdigest import LogDigest, summary_text
 from ..store.roles import Firing
 from .flowqueue import PLACED_BY_FLOW
 from .occurrences import WAIT
+from .rows import by_partition, span
 from .shared import Core
 
 log = logging.getLogger("scheduler.poller")
@@ -31,6 +33,8 @@ log = logging.getLogger("scheduler.poller")
 # Below this many outcomes per write, the recorder waits ``record_linger_s`` first.
 LINGER_BELOW = 500
 BATCH_MAX = 2000
+# Rows read beyond the ones checked before a flow placement (others at the same times).
+RETIRED_SLACK = 64
 # Failed attempts logged one by one per kind and minute, at most; the error text in a
 # line is cut to this many characters (a handler's message can be long, and may quote
 # its input: the payload itself is never logged).
@@ -78,6 +82,7 @@ class Recorder:
         store: Firing = core.store
         placed: list[Job] = []  # jobs flow control placed later, at their new rows
         try:
+            retired = self._retired([o.job for o in skipped if o.skip == WAIT and o.error in PLACED_BY_FLOW])
             if fired:
                 store.record_fired(fired, now)
             for o in failed:
@@ -86,6 +91,8 @@ class Recorder:
                 elif o.retry_at_ms is not None:
                     store.record_retry(o.job, self.retry_job(o.job, o.retry_at_ms), o.error or "", now)
             for o in skipped:
+                if o.skip == WAIT and (o.job.fire_ms, o.job.job_id) in retired:
+                    continue  # cancelled or moved by its producer while it waited: not placed
                 if o.skip == WAIT and o.retry_at_ms is not None:
                     later = self.retry_job(o.job, o.retry_at_ms, attempt=False)
                     store.record_retry(o.job, later, o.error or "", now)
@@ -118,6 +125,27 @@ class Recorder:
             if o.skip != WAIT:
                 core.metrics.recurring_skipped.labels(o.skip).inc()
         return len(batch)
+
+    def _retired(self, jobs: list[Job]) -> set[Key]:
+        """Of the rows flow control is about to place later, those the store shows retired
+        (``fired_at`` set: a producer cancelled or moved the job since the row was read).
+        Placing one would write the job back as pending: a cancel undone, or a rescheduled
+        job fired at its old time. One ranged read per shard and bucket, at the store's
+        consistency, so a cancel acknowledged before it is seen; only one landing between
+        this read and the placement's write still loses (as a cancel racing a fire).
+        Raises ``SchedulerError`` when the store fails (the batch is kept and retried)."""
+        if not jobs:
+            return set()
+        groups = by_partition(jobs)
+        limit = max(map(len, groups.values())) + RETIRED_SLACK
+        found = self.core.store.read_buckets(
+            [span(shard, bucket, keys) for (shard, bucket), keys in groups.items()], limit)
+        out = {key for (_p, keys), rows in zip(groups.items(), found, strict=True) for row in rows
+               if row.fired_ms is not None and (key := (row.fire_ms, row.job_id)) in keys}
+        if out:
+            self.core.stats.retired_dropped += len(out)
+            self.core.metrics.retired_dropped.inc(len(out))
+        return out
 
     def _count(self, fired: list[Job], failed: list[Outcome], lateness: list[float]) -> None:
         core = self.core

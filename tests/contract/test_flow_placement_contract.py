@@ -1,0 +1,105 @@
+"""A job flow control places later (held by a pause, deferred by a rate) keeps the last
+word of its producer, on both stores: a cancel or a reschedule acknowledged after the
+poller read the row, and before the poller placed it, is not undone by the placement
+(which would write the job back as pending: a cancel undone, or a rescheduled job
+fired at its old time). The recorder is driven directly with the outcome the
+dispatcher or a worker gives a held job, so the race is built, not waited for."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from scheduler import Client
+from scheduler.domain.clock import SystemClock
+from scheduler.domain.dispatch import Outcome
+from scheduler.domain.keys import from_ms
+from scheduler.domain.model import Job, Status
+from scheduler.observe.metrics import PollerMetrics
+from scheduler.poller import PollerConfig
+from scheduler.poller.flowqueue import DEFERRED, HELD
+from scheduler.poller.occurrences import WAIT
+from scheduler.poller.recorder import Recorder
+from scheduler.poller.shared import Core
+from scheduler.store import SchemaOptions, Store
+from tests.conftest import make_store
+
+HOLD_MS = 30_000
+
+
+@pytest.fixture
+def pstore(store_kind: str, request: Any, tmp_path: Any) -> Iterator[Store]:
+    st = make_store(store_kind, request, tmp_path, SchemaOptions(shard_count=2))
+    yield st
+    st.close()
+
+
+def _row_as_read(store: Store, job: Job) -> Job:
+    """The job's bucket row, as a poller's read returns it."""
+    [rows] = store.read_buckets([(job.bucket, job.shard, None, job.fire_ms)], 100)
+    [row] = [r for r in rows if r.job_id == job.job_id and r.fire_ms == job.fire_ms]
+    return row
+
+
+def _place(store: Store, row: Job, why: str) -> Recorder:
+    """What the poller does with a held or deferred row: a WAIT outcome, recorded."""
+    now = SystemClock().now_ms()
+    core = Core(store, SystemClock(), PollerConfig(), "p", PollerMetrics(), store.meta())
+    core.outcomes.put([Outcome(row, False, why, now + HOLD_MS, False, now, WAIT)])
+    recorder = Recorder(core)
+    assert recorder.record_outcomes() == 1
+    return recorder
+
+
+def _pending_rows(store: Store, job_id: str, job: Job) -> list[Job]:
+    """Every pending row of ``job_id`` from its first bucket to two minutes past it."""
+    out = []
+    width = store.meta().bucket_width_s
+    for bucket in range(job.bucket, job.bucket + 3 * width, width):
+        for shard in range(2):
+            [rows] = store.read_buckets([(bucket, shard, None, 2**62)], 1000)
+            out += [r for r in rows if r.job_id == job_id and r.fired_ms is None]
+    return out
+
+
+def _job(client: Client, job_id: str) -> Job:
+    return client.schedule(job_id, from_ms(SystemClock().now_ms() + 5_000), "k", {"n": 1})
+
+
+@pytest.mark.parametrize("why", [HELD, DEFERRED])
+def test_a_job_not_touched_meanwhile_is_placed_later(pstore: Store, why: str):
+    with Client(pstore) as client:
+        job = _job(client, "kept")
+        row = _row_as_read(pstore, job)
+        _place(pstore, row, why)
+        [pending] = _pending_rows(pstore, "kept", job)
+        assert pending.fire_ms > job.fire_ms and pending.due_ms == job.due_ms
+        got = client.get("kept")
+        assert got is not None and got.status == Status.PENDING and got.last_error == why
+
+
+@pytest.mark.parametrize("why", [HELD, DEFERRED])
+def test_a_cancel_after_the_read_is_not_undone_by_the_placement(pstore: Store, why: str):
+    with Client(pstore) as client:
+        job = _job(client, "gone")
+        row = _row_as_read(pstore, job)
+        assert client.cancel("gone")
+        _place(pstore, row, why)
+        got = client.get("gone")
+        assert got is not None and got.status == Status.CANCELLED
+        assert _pending_rows(pstore, "gone", job) == []
+
+
+def test_a_reschedule_after_the_read_keeps_only_the_new_time(pstore: Store):
+    with Client(pstore) as client:
+        job = _job(client, "moved")
+        row = _row_as_read(pstore, job)
+        later = client.reschedule("moved", from_ms(job.due_ms) + timedelta(seconds=50))
+        _place(pstore, row, HELD)
+        [pending] = _pending_rows(pstore, "moved", job)
+        assert (pending.fire_ms, pending.due_ms) == (later.fire_ms, later.due_ms)
+        got = client.get("moved")
+        assert got is not None and got.due_ms == later.due_ms
