@@ -113,6 +113,12 @@ class FairQueue(Generic[J]):
         for kind_key in [kk for kk in self._parked if kk[0] == kind]:
             self._unpark(kind_key)
 
+    def hold(self, job: J) -> None:
+        """A job taken earlier counts once more against its key (until one more
+        ``finished``): a handler that outlives its recorded outcome."""
+        if job.key is not None:
+            self._running[(job.kind, job.key)] += 1
+
     def finished(self, job: J) -> None:
         """A job taken earlier ended: its key may run one more."""
         if job.key is None:

@@ -111,6 +111,13 @@ class Gates:
     def try_start(self, kind: str) -> str | None:
         return self._gate(kind).try_start()
 
+    def hold(self, kind: str) -> None:
+        """One more running of ``kind`` without a start (a handler that outlives its
+        recorded outcome); freed by one more ``finished``. Nothing for an ungated kind."""
+        gate = self._gates.get(kind)
+        if gate is not None:
+            gate.running += 1
+
     def finished(self, kind: str) -> None:
         gate = self._gates.get(kind)
         if gate is not None:

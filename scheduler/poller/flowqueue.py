@@ -146,6 +146,18 @@ class FlowQueue:
             self.gates.finished(job.kind)
             self.fair.finished(job)
 
+    def outlive(self, job: Job) -> bool:
+        """An admitted job's handler outlives its outcome (abandoned past its timeout, still
+        running): its slots (kind and key) stay taken until one more ``finished``, called
+        when the handler returns. False (nothing held) for a job not admitted here."""
+        row = _row(job)
+        if self._admitted[row] <= 0:
+            return False
+        self._admitted[row] += 1
+        self.gates.hold(job.kind)
+        self.fair.hold(job)
+        return True
+
     def next_wake_s(self, now_ms: int) -> float:
         wait = self.due.next_wake_s(now_ms)
         # Jobs refused by a gate wait for a token or a slot: look again soon.

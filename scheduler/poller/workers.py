@@ -11,7 +11,9 @@ the job's attempt is recorded as failed ("timed out after N s": retried or dead-
 by the kind's policy), the chunk's unstarted jobs go back to the queue, and a new worker
 takes the slot, so the poller keeps firing at full rate. The hung call keeps running in
 its abandoned thread; whatever it returns or raises later is discarded (and logged).
-It may still have its side effects: a timed-out job can run twice, like any retry. At
+It may still have its side effects: a timed-out job can run twice, like any retry. Its
+flow-control slots (its kind's concurrency, its key's) stay taken until it returns: a
+limit counts handlers running, not outcomes recorded. At
 most ``max_abandoned_threads`` abandoned threads may be alive at once; one more fails
 the poller, so that its supervisor starts a fresh process and the hung threads go with
 the old one.
@@ -48,8 +50,8 @@ class _Worker:
     outcome of the running job: the worker when its handler returns, or the watchdog
     when it times out first."""
 
-    __slots__ = ("abandoned", "chunk", "deadline", "done", "index", "job", "lock", "slot",
-                 "timeout")
+    __slots__ = ("abandoned", "chunk", "deadline", "done", "holds_slot", "index", "job", "lock",
+                 "slot", "timeout")
 
     def __init__(self, slot: int) -> None:
         self.slot = slot
@@ -61,6 +63,7 @@ class _Worker:
         self.index = 0
         self.done: list[Outcome] = []
         self.abandoned = False
+        self.holds_slot = False  # abandoned with its flow-control slots taken
 
 
 class ThreadWorkers:
@@ -192,7 +195,7 @@ class ThreadWorkers:
                 outcome = run_route(route, job, now_ms, rand)
                 with lock:
                     if w.abandoned:  # the watchdog recorded this job as timed out
-                        self._returned(job, outcome, mono() - w.deadline + timeout)
+                        self._returned(w, job, outcome, mono() - w.deadline + timeout)
                         return done
                     w.job = None
                     done.append(outcome)
@@ -205,7 +208,11 @@ class ThreadWorkers:
             core.flight.some_done()
         return done
 
-    def _returned(self, job: Job, outcome: Outcome, ran_s: float) -> None:
+    def _returned(self, w: _Worker, job: Job, outcome: Outcome, ran_s: float) -> None:
+        if w.holds_slot:
+            with self.core.cond:
+                self.core.due.finished(job)
+                self.core.cond.notify_all()
         with self._lock:
             self.abandoned_alive -= 1
         self.core.metrics.abandoned_threads.set(self.abandoned_alive)
@@ -233,13 +240,21 @@ class ThreadWorkers:
             w.abandoned = True
             w.job = None
             done, rest, timeout = w.done, w.chunk[w.index + 1:], w.timeout
+            # Under w.lock (then cond, the order _returned takes them in): a handler that
+            # returns now finds the slot held, and frees it.
+            with core.cond:
+                w.holds_slot = core.due.outlive(job)
         route: Any = self.app.resolve(job.kind)
         assert isinstance(route, Route)
         now = core.clock.now_ms()
         error = f"timed out after {timeout:g} s"
         outcome = failed(route, job, error, now - int(timeout * 1000), now, self._rand.random)
         core.flight.finished[w.slot] += 1  # the abandoned thread never writes it again
-        core.handled([*done, outcome])
+        if done:
+            core.handled(done)
+        # Not to flow control's returned handlers: the recorder frees one count, the
+        # abandoned thread the other when (if) it returns (``_returned``).
+        core.outcomes.put([outcome])
         if rest:
             self.work.put(rest)
         self.fast = False

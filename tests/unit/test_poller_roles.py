@@ -14,6 +14,7 @@ import pytest
 
 from scheduler.domain.clock import SystemClock
 from scheduler.domain.dispatch import App, Outcome
+from scheduler.domain.flow import Limits
 from scheduler.domain.layout import Layout, Layouts
 from scheduler.domain.model import Job
 from scheduler.domain.progress import Checkpoint, ShardProgress
@@ -168,6 +169,46 @@ def test_a_hung_handler_times_out_its_worker_is_replaced_and_its_late_result_dis
         release.set()
         wait_until(lambda: workers.abandoned_alive == 0)
         assert c.outcomes.empty(), "a late result of an abandoned handler is discarded"
+    finally:
+        release.set()
+        c.stopping.set()
+        workers.stop()
+        c.stopped.set()
+
+
+def test_a_timed_out_handler_keeps_its_kinds_slot_until_it_returns():
+    """A concurrency limit counts handlers running: the abandoned call still runs, so its
+    slot is freed when it returns, not when its timeout is recorded."""
+    release = threading.Event()
+    app = App()
+
+    @app.handler("c", timeout_s=0.05, max_attempts=3)
+    def hang(j: Job) -> None:
+        release.wait(10)
+
+    c = core(PollerConfig(concurrency=2))
+    c.due.set_limits(Limits("c", concurrency=1), None, 1)
+    workers = ThreadWorkers(c, app)
+    workers.start()
+    try:
+        first, second = job(0, "c"), job(1, "c")
+        c.due.push(first)
+        c.due.push(second)
+        with c.cond:
+            [taken] = c.due.pop_ready(SystemClock().now_ms(), 10)
+        assert taken == first
+        c.flight.dispatched += 1
+        workers.submit([taken])
+        wait_until(lambda: workers.abandoned_alive == 1)
+        [timed_out] = drain(c)
+        assert timed_out.error == "timed out after 0.05 s"
+        with c.cond:
+            c.due.finished(timed_out.job)  # as the recorder does once it is written
+            assert c.due.pop_ready(SystemClock().now_ms(), 10) == [], "its handler still runs"
+        release.set()
+        wait_until(lambda: workers.abandoned_alive == 0)
+        with c.cond:
+            assert c.due.pop_ready(SystemClock().now_ms(), 10) == [second], "it returned: the slot is free"
     finally:
         release.set()
         c.stopping.set()
