@@ -15,7 +15,7 @@ in the heap, stale, until it reaches the top or the heap is compacted.
 from __future__ import annotations
 
 import heapq
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 
@@ -124,6 +124,17 @@ class DueQueue:
             del self._index[key]
             out.append(job)
         return out
+
+    def give_back(self, jobs: list[Job]) -> None:
+        """Return the rate tokens ``jobs`` took from ``pop_ready`` (they were not started
+        after all: flow control placed them later), so they do not count against
+        ``--max-rate`` and ``--max-shard-rate`` twice, and other kinds can use them."""
+        if not jobs:
+            return
+        self._poller.give_back(len(jobs))
+        if self._shard_rate is not None:
+            for shard, n in Counter(job.shard for job in jobs).items():
+                self._shard_bucket(shard).give_back(n)
 
     def next_wake_s(self, now_ms: int) -> float:
         """How long the dispatch thread may sleep before something could be ready."""

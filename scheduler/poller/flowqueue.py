@@ -35,6 +35,8 @@ from .duequeue import DueQueue
 # KEEP_MIN), its newest waiting jobs are placed later.
 HORIZON_S = 5.0
 KEEP_MIN = 50
+# What each throttled kind keeps at the least when many share the buffer's budget.
+KEEP_FLOOR = 10
 # A paused kind's due jobs are placed this far ahead, again and again while it stays
 # paused: each held job costs one write per HOLD_S. On resume a poller takes back the
 # rows it placed itself (``recall``); others (placed by a poller since gone) are back
@@ -212,7 +214,13 @@ class FlowQueue:
         # (those never reach the gate, and could fill the buffer as well).
         throttled, self.throttled_kinds = self.throttled_kinds, set()
         throttled |= self.fair.parked_kinds()
-        for kind, waiting in self.fair.waiting_kinds().items():
+        waiting_kinds = self.fair.waiting_kinds()
+        # The kept jobs of all throttled kinds together stay within a quarter of the
+        # buffer (each kind keeps up to twice its cap before it is trimmed), however
+        # many kinds are throttled at once.
+        n_throttled = sum(1 for kind in waiting_kinds if kind in throttled and kind in self.limits)
+        cap = max(KEEP_FLOOR, self._keep_max // max(1, n_throttled))
+        for kind, waiting in waiting_kinds.items():
             limits = self.limits.get(kind)
             if limits is None:
                 continue
@@ -226,7 +234,7 @@ class FlowQueue:
             if kind not in throttled:
                 continue
             rate = self._rate(kind, limits, now)
-            keep = min(max(KEEP_MIN, int(rate * HORIZON_S)), self._keep_max)
+            keep = min(max(KEEP_MIN, int(rate * HORIZON_S)), cap)
             if waiting <= 2 * keep:
                 continue
             jobs = sorted(self.fair.take_excess(kind, min(waiting - keep, EXCESS_BATCH)),
@@ -236,6 +244,7 @@ class FlowQueue:
             why = DEFERRED
             out += [(job, now_ms + int(min(latest, start + 1000 * i / rate)), why)
                     for i, job in enumerate(jobs)]
+        self.due.give_back([job for job, _at, _why in out])
         return out
 
     def _rate(self, kind: str, limits: Limits, now: float) -> float:

@@ -202,3 +202,39 @@ def test_a_row_admitted_twice_frees_its_slot_twice():
     q.finished(row)
     q.finished(row)
     assert gate.running == 0
+
+
+def test_jobs_placed_later_give_back_the_pollers_rate_tokens():
+    """Under ``--max-rate``, a throttled kind's excess took tokens on its way to the fair
+    stage; placed later, it gives them back, so another kind is not starved by jobs that
+    never started."""
+    clock = FakeClock()
+    # A burst of 300 tokens (a tenth of a second at 3,000/s); the clock stands still.
+    q = FlowQueue(DueQueue(poller_rate=3000.0, monotonic=clock.monotonic), clock.monotonic)
+    q.set_limits(Limits("slow", rate_per_s=1.0, burst=1), 1.0, None)
+    for i in range(250):
+        q.push(job(f"s{i:03d}", 100, kind="slow"))
+    started = q.pop_ready(1000, 1000)
+    assert [j.job_id for j in started] == ["s000"], "one token of its own rate"
+    placed = q.excess(1000)
+    assert len(placed) == 250 - 1 - KEEP_MIN
+    for i in range(150):
+        q.push(job(f"f{i:03d}", 100, kind="fast"))
+    # 50 tokens were left; the 199 placed jobs gave theirs back.
+    assert len(q.pop_ready(1000, 1000)) == 150
+
+
+def test_many_throttled_kinds_share_one_budget_of_kept_jobs():
+    """Each throttled kind may keep some jobs; ten of them together must not fill the
+    read buffer (a quarter of it at most), or they block every other kind again."""
+    clock = FakeClock()
+    q = FlowQueue(DueQueue(monotonic=clock.monotonic), clock.monotonic, max_buffered=800)
+    kinds = [f"k{n}" for n in range(10)]
+    for kind in kinds:
+        q.set_limits(Limits(kind, rate_per_s=1.0, burst=1), 1.0, None)
+        for i in range(60):
+            q.push(job(f"{kind}-{i:02d}", 100, kind=kind))
+    q.pop_ready(1000, 1000)  # one of each starts; the rest are refused by their gates
+    q.excess(1000)
+    kept = sum(q.fair.waiting_kinds().values())
+    assert kept <= 800 // 4, kept
