@@ -25,7 +25,6 @@ Lateness is a handler's start less its job's due time.
 from __future__ import annotations
 
 import argparse
-import atexit
 import os
 import shutil
 import statistics
@@ -43,6 +42,7 @@ from typing import Any
 
 from bench.common import drop, fresh_store, machine, report, write_bucket_rows
 from bench.fleet import records, stop_all, wait_claimed
+from bench.poller import fire_all
 from scheduler import App, Client, Job, JobSpec
 from scheduler.domain.clock import SystemClock
 from scheduler.domain.keys import bucket_of_ms, shard_key
@@ -147,46 +147,11 @@ def rate_figures(starts_ms: list[int], limit: float, burst: float) -> dict[str, 
 # --- rate_limit_accuracy --------------------------------------------------------------------
 
 
-_out: list[bytes] = []
-_out_lock = threading.Lock()
-_flusher: threading.Thread | None = None
-
-
-def _flush() -> None:
-    with _out_lock:
-        data, _out[:] = b"".join(_out), []
-    if data:
-        fd = os.open(os.environ["BENCH_OUT"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
-
-
-def _flush_forever() -> None:
-    while True:
-        time.sleep(0.1)
-        _flush()
-
-
-def note_start(job: Job) -> None:
-    """The fleet's handler (``--handler bench.flow:note_start``): notes ``id due start`` in
-    $BENCH_OUT at the call's start, in writes batched every 100 ms (as ``bench.noop``)."""
-    global _flusher
-    line = f"{job.job_id} {job.due_ms} {time.time_ns() // 1_000_000}\n".encode()
-    with _out_lock:
-        _out.append(line)
-        if _flusher is None:
-            _flusher = threading.Thread(target=_flush_forever, daemon=True)
-            _flusher.start()
-            atexit.register(_flush)
-
-
 def _fleet(url: str, zk_hosts: str, out: Path, n: int) -> list[subprocess.Popen[bytes]]:
     env = {**os.environ, "SCHEDULER_STORE": url, "BENCH_OUT": str(out),
            "SCHEDULER_METRICS_ADDRESS": "127.0.0.1:0"}
     zk = f"zookeeper://{zk_hosts}/bench-flow-{time.time_ns()}"
-    return [subprocess.Popen([sys.executable, "-m", "scheduler", "run", "--handler", "bench.flow:note_start",
+    return [subprocess.Popen([sys.executable, "-m", "scheduler", "run", "--handler", "bench.noop:note",
                               "--coordinator", zk, "--session-timeout", "4"], env=env, cwd=REPO,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(n)]
 
@@ -261,14 +226,7 @@ def _fire(where: str, n: int, limited: bool, concurrency: int | None) -> tuple[f
             store.set_limits(kind, 1_000_000.0, None, concurrency, None, now_ms())
         poller = Poller(store, App.for_function(lambda job: None),
                         config=PollerConfig(read_limit=2000, max_buffered=50_000))
-        for shard in range(SHARDS):
-            poller.claim(shard)
-        t0 = time.perf_counter()
-        poller.start()
-        while poller.stats.fired < n and time.perf_counter() - t0 < 600:
-            time.sleep(0.005)
-        elapsed = time.perf_counter() - t0
-        poller.stop()
+        elapsed = fire_all(poller, n, SHARDS)
         refused = {reason: int(poller.metrics.registry.get_sample_value(
             "scheduler_throttled_total", {"kind": kind, "reason": reason}) or 0)
             for reason in ("rate", "concurrency")}

@@ -123,7 +123,13 @@ def _fire_poller(store: CassandraStore, n: int, now: int) -> float:
     poller = Poller(store, App.for_function(lambda job: None),
                     config=PollerConfig(concurrency=int(os.environ.get("BENCH_CONCURRENCY", "16")),
                                         read_limit=2000, max_buffered=50_000))
-    for shard in range(SHARDS):  # claiming (one LWT per shard) is not firing: untimed
+    return fire_all(poller, n, SHARDS, now)
+
+
+def fire_all(poller: Poller, n: int, shards: int, now: int | None = None) -> float:
+    """Claim ``shards`` shards (untimed: one LWT each is not firing), then start the poller:
+    the seconds until it fired ``n`` jobs (at most 600), after which it is stopped."""
+    for shard in range(shards):
         poller.claim(shard, now)
     t0 = time.perf_counter()
     poller.start()

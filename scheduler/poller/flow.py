@@ -28,6 +28,8 @@ from .shared import Core
 log = logging.getLogger("scheduler.poller")
 
 REFRESH_S = 1.0
+# The next round's delay while some part waits for the others to see this poller's row.
+SETTLE_S = 0.1
 # Rows read beyond the recalled ones in a span (other jobs placed at the same times).
 RECALL_SLACK = 64
 # Demand rows older than this are ignored: a killed poller's part returns to the
@@ -47,6 +49,7 @@ class FlowControl:
         self._published_at: float | None = None
         # My parts in force, kept while the store fails: (kind, "rate"|"concurrency").
         self._parts: dict[tuple[str, str], float] = {}
+        self.settling = False  # some kind's part waits to be seen: refresh again soon
 
     def refresh(self) -> bool:
         """One round: read, publish, split, apply. False when the store failed (the limits
@@ -98,6 +101,9 @@ class FlowControl:
         # theirs only into what mine leave (domain.flow.rate_part, slot_part).
         parts: dict[str, float] = {}
         conc_parts: dict[str, int] = {}
+        # Kinds with demand whose parts wait for the others to see mine (a poller
+        # starting, a limit just set): refused for a moment, not throttled.
+        settling: set[str] = set()
         keep = self._still_seen()  # unpublished, my parts in force stay while the others count them
         for kind, lim in limits.items():
             if kind not in mine:  # only paused
@@ -115,6 +121,8 @@ class FlowControl:
             demand, running = mine[kind]
             kind_rows = [*rows_of.get(kind, []), Demand(me, kind, demand, running, now, cur_rate, cur_conc)]
             visible = (me, kind) in mine_seen
+            if not visible:
+                settling.add(kind)
             if lim.rate_per_s is not None:
                 parts[kind] = rate_part(lim.rate_per_s, kind_rows, me, cur_rate, visible)
             if lim.concurrency is not None:
@@ -151,7 +159,7 @@ class FlowControl:
                         # Never more than the others leave free: a poller whose part just
                         # shrank still runs its handlers, and they count until they end.
                         conc = max(0, min(conc, lim.concurrency - others_running.get(kind, 0)))
-                queue.set_limits(lim, rate, conc)
+                queue.set_limits(lim, rate, conc, settling=kind in settling)
                 if rate is not None:
                     metrics.flow_limit.labels(kind, "rate").set(rate)
                 if conc is not None:
@@ -172,6 +180,7 @@ class FlowControl:
                 # on they are no longer held, whatever the window still counts.
                 held = limits.get(kind)
                 metrics.held.labels(kind).set(queue.held(kind) if held is not None and held.paused else 0)
+        self.settling = bool(settling)
         core.flow_ready.set()
         self.recall()
         return True
@@ -235,4 +244,5 @@ class FlowControl:
                 self.refresh()
             except Exception as exc:  # a stored value no check foresaw must not stop firing
                 self.fault.failed(f"{type(exc).__name__}: {exc}")
-            core.stopping.wait(REFRESH_S)
+            # A part waiting to be seen is raised on the next round: soon, not in a second.
+            core.stopping.wait(SETTLE_S if self.settling else REFRESH_S)

@@ -71,6 +71,7 @@ class FlowQueue:
         # Paused kinds, replaced whole on a change: workers read it without the lock, to
         # hold a paused kind's jobs handed to them before the pause.
         self.paused: frozenset[str] = frozenset()
+        self.settling: set[str] = set()  # kinds whose parts are about to rise (set_limits)
         self._mono = monotonic
         # Admitted rows not finished yet, counted: a row can be admitted again while its
         # first run goes on (its shard lost and claimed again, the row read again).
@@ -98,8 +99,15 @@ class FlowQueue:
 
     # --- limits --------------------------------------------------------------------
 
-    def set_limits(self, limits: Limits, rate_share: float | None, slots: int | None) -> None:
-        """A kind's limits and this poller's parts of them, live."""
+    def set_limits(self, limits: Limits, rate_share: float | None, slots: int | None,
+                   settling: bool = False) -> None:
+        """A kind's limits and this poller's parts of them, live. ``settling``: the parts
+        are about to rise (they wait for the other pollers to see this one's), so the
+        kind's waiting jobs are kept, not placed later, until they do."""
+        if settling:
+            self.settling.add(limits.kind)
+        else:
+            self.settling.discard(limits.kind)
         if limits.limited:
             self.limits[limits.kind] = limits
         else:
@@ -231,7 +239,7 @@ class FlowQueue:
                 at = now_ms + int(HOLD_S * 1000)
                 out += [(job, at + i, HELD) for i, job in enumerate(jobs)]
                 continue
-            if kind not in throttled:
+            if kind not in throttled or kind in self.settling:
                 continue
             rate = self._rate(kind, limits, now)
             keep = min(max(KEEP_MIN, int(rate * HORIZON_S)), cap)

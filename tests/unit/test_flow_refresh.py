@@ -7,10 +7,11 @@ from typing import Any
 
 from scheduler.domain.clock import FakeClock
 from scheduler.domain.flow import Demand, Limits
+from scheduler.domain.model import Job
 from scheduler.errors import StoreUnavailable
 from scheduler.observe.metrics import PollerMetrics
 from scheduler.poller.config import PollerConfig
-from scheduler.poller.flow import FlowControl
+from scheduler.poller.flow import SETTLE_S, FlowControl
 from scheduler.poller.shared import Core
 from tests.unit.test_poller_roles import META, FakeStore
 
@@ -54,3 +55,25 @@ def test_a_part_grows_only_once_seen_and_is_dropped_when_it_can_no_longer_be_pub
     clock.advance(1.5)
     flow.refresh()
     assert gate.rate_share == 0, "the others may have dropped its rows: it holds no part"
+
+
+def test_a_part_waiting_to_be_seen_keeps_its_kinds_jobs_and_is_raised_soon():
+    """A poller starting (or a limit just set) holds no part until the others have seen
+    its row: its kind's jobs are refused for that moment, which must not place the
+    backlog later (a minute of churn), and the next round comes in SETTLE_S, not 1 s."""
+    store, clock = FlowStore(), FakeClock()
+    store.limits = [Limits("k", concurrency=10)]
+    core = Core(store, clock, PollerConfig(), "me", PollerMetrics(), META)  # type: ignore[arg-type]
+    flow = FlowControl(core)
+    flow.refresh()
+    assert flow.settling and core.due.settling == {"k"}
+    for i in range(500):
+        core.due.push(Job(f"j{i:03d}", "k", b"", False, 100, 100, 0, 0))
+    with core.cond:
+        assert core.due.pop_ready(1000, 100) == [], "no slots yet"
+        assert core.due.excess(1000) == [], "refused while settling: kept, not placed later"
+    clock.advance(SETTLE_S)
+    flow.refresh()
+    assert not flow.settling and core.due.settling == set()
+    with core.cond:
+        assert len(core.due.pop_ready(1000, 100)) == 10
