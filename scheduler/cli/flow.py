@@ -145,7 +145,8 @@ def limits_list(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     """Every kind with a limit or a pause, by kind."""
     with errors():
         rows = _with_store(store, lambda st: st.flow_limits())
-    emit([r.to_json() for r in rows], as_json, _table(rows, f"{len(rows)} kinds with limits or a pause"))
+    title = f"{len(rows)} kind{'' if len(rows) == 1 else 's'} with limits or a pause"
+    emit([r.to_json() for r in rows], as_json, _table(rows, title))
 
 
 @limits_app.command("clear")

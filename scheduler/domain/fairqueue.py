@@ -249,6 +249,16 @@ class FairQueue(Generic[J]):
 
     # --- what the poller's queue needs besides taking --------------------------------
 
+    def take_oldest(self, kind: str, n: int) -> list[J]:
+        """Remove and return ``kind``'s ``n`` oldest due waiting jobs (by due time, then
+        id), whatever their priority or key: a paused kind's are held in due order."""
+        live = [job for (k, _p, _key), heap in self._lanes.items() if k == kind
+                for e in heap if self._live.get(self._id(job := e[2]), (None,))[0] == e[1]]
+        out = heapq.nsmallest(n, live, key=lambda job: (job.due_ms, job.job_id))
+        for job in out:
+            self.remove(self._id(job))
+        return out
+
     def get(self, ident: Hashable) -> J | None:
         """The queued job with this ident, if any."""
         queued = self._live.get(ident)
@@ -288,14 +298,17 @@ class FairQueue(Generic[J]):
                     live = [e for e in heap if self._live.get(self._id(e[2]), (None,))[0] == e[1]]
                     if live:
                         lanes[key] = sorted(live)
-            sizes = [(-len(v), str(key), key) for key, v in lanes.items()]
+            # Ties by the key's name, then by a unique index: never by the keys themselves
+            # (the keyless lane's None against a key spelled "None" does not compare).
+            names = list(lanes)
+            sizes = [(-len(lanes[key]), "" if key is None else key, i) for i, key in enumerate(names)]
             heapq.heapify(sizes)
             while sizes and len(out) < n:
-                size, name, big = heapq.heappop(sizes)
-                entries = lanes[big]
+                size, name, i = heapq.heappop(sizes)
+                entries = lanes[names[i]]
                 out.append(entries.pop()[2])  # its newest
                 if entries:
-                    heapq.heappush(sizes, (size + 1, name, big))
+                    heapq.heappush(sizes, (size + 1, name, i))
         for job in out:
             self.remove(self._id(job))
         return out

@@ -39,7 +39,9 @@ RATE_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 _RATE_RE = re.compile(r"^\s*([^/\s]+)\s*/\s*([^/\s]*)\s*$")
 # ASCII only: float() would also take "1_000", "nan" and other scripts' digits.
 _NUMBER_RE = re.compile(r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$", re.ASCII)
-_COUNT_RE = re.compile(r"^\s*[0-9]{1,12}\s*$", re.ASCII)
+_SIGNED_RE = re.compile(r"^\s*[+-]?[0-9]+\s*$", re.ASCII)
+# What a limit error says to do instead of a value out of range.
+_NO_LIMIT = "for no limit, `limits clear` the kind (and set again the limits to keep)"
 # Why a start was refused: by the kind's gate (pause, concurrency, rate) or the key's limit.
 REASONS = ("paused", "concurrency", "rate", "key")
 
@@ -86,16 +88,23 @@ def check_rate(rate_per_s: object) -> float:
     if rate <= 0:
         raise InvalidInput(f"rate {rate:g}/s must be above 0: to stop a kind, use `kinds pause`")
     if rate < MIN_RATE_PER_S:
-        raise InvalidInput(f"rate {rate:g}/s is below the lowest rate, one a day (0.0417/h)")
+        raise InvalidInput(f"rate {rate:.6g}/s ({rate * 3600:.6g}/h) is below the lowest rate, "
+                           "one a day (0.0417/h)")
     if rate > MAX_LIMIT:
-        raise InvalidInput(f"rate {rate:g}/s is above {MAX_LIMIT:g}/s: omit --rate for no limit")
+        raise InvalidInput(f"rate {rate:.12g}/s is above the highest rate, {MAX_LIMIT}/s: {_NO_LIMIT}")
     return rate
 
 
 def parse_count(name: str, value: object) -> int:
     """``check_count`` that also takes the decimal text of a command line."""
-    if isinstance(value, str) and _COUNT_RE.match(value):
-        value = int(value)
+    if isinstance(value, str) and _SIGNED_RE.match(value):
+        text = value.strip()
+        if text.startswith("-") and text.strip("-0"):
+            raise InvalidInput(f"{name} {text} must be at least 1: {_NO_LIMIT}")
+        digits = text.lstrip("+-").lstrip("0") or "0"
+        if len(digits) > 10:  # never parsed whole: a long text is above the limit anyway
+            raise InvalidInput(f"{name} {_show(text)} is above the highest, {MAX_LIMIT}: {_NO_LIMIT}")
+        value = int(digits)
     return check_count(name, value)
 
 
@@ -104,9 +113,9 @@ def check_count(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidInput(f"{name} {_show(value)} is not a whole number: give e.g. --{_flag(name)} 10")
     if value < 1:
-        raise InvalidInput(f"{name} {value} must be at least 1: omit --{_flag(name)} for no limit")
+        raise InvalidInput(f"{name} {value} must be at least 1: {_NO_LIMIT}")
     if value > MAX_LIMIT:
-        raise InvalidInput(f"{name} {value} is above {MAX_LIMIT}: omit --{_flag(name)} for no limit")
+        raise InvalidInput(f"{name} {_show(value)} is above the highest, {MAX_LIMIT}: {_NO_LIMIT}")
     return value
 
 

@@ -72,6 +72,7 @@ class FlowQueue:
         # hold a paused kind's jobs handed to them before the pause.
         self.paused: frozenset[str] = frozenset()
         self.settling: set[str] = set()  # kinds whose parts are about to rise (set_limits)
+        self._held_next: dict[str, int] = {}  # per paused kind, the next free hold time (ms)
         self._mono = monotonic
         # Admitted rows not finished yet, counted: a row can be admitted again while its
         # first run goes on (its shard lost and claimed again, the row read again).
@@ -233,11 +234,13 @@ class FlowQueue:
             if limits is None:
                 continue
             if limits.paused:
-                jobs = sorted(self.fair.take_excess(kind, min(waiting, EXCESS_BATCH)),
-                              key=lambda j: (j.due_ms, j.job_id))
+                # Oldest first, each pass after the last one's times: held rows come
+                # back in due order however many passes a large backlog takes.
+                jobs = self.fair.take_oldest(kind, min(waiting, EXCESS_BATCH))
                 _log(self._holds, kind, now, len(jobs))
-                at = now_ms + int(HOLD_S * 1000)
+                at = max(now_ms + int(HOLD_S * 1000), self._held_next.get(kind, 0))
                 out += [(job, at + i, HELD) for i, job in enumerate(jobs)]
+                self._held_next[kind] = at + len(jobs)
                 continue
             if kind not in throttled or kind in self.settling:
                 continue
@@ -296,7 +299,7 @@ class FlowQueue:
             have = waiting.get(kind, 0)
             if have * 2 >= keep:
                 continue
-            for key in list(rows)[:keep - have]:  # placed in due order: oldest first
+            for key in sorted(rows, key=lambda k: (rows[k].due_ms, k))[:keep - have]:  # oldest first
                 out.append(rows.pop(key))
         return out
 

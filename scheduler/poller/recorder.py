@@ -22,6 +22,7 @@ from ..domain.progress import Key
 from ..errors import SchedulerError
 from ..observe.faults import Backoff
 from ..observe.logdigest import LogDigest, summary_text
+from ..store.base import PartRange
 from ..store.roles import Firing
 from .flowqueue import PLACED_BY_FLOW
 from .occurrences import WAIT
@@ -138,10 +139,26 @@ class Recorder:
             return set()
         groups = by_partition(jobs)
         limit = max(map(len, groups.values())) + RETIRED_SLACK
-        found = self.core.store.read_buckets(
-            [span(shard, bucket, keys) for (shard, bucket), keys in groups.items()], limit)
-        out = {key for (_p, keys), rows in zip(groups.items(), found, strict=True) for row in rows
-               if row.fired_ms is not None and (key := (row.fire_ms, row.job_id)) in keys}
+        out: set[Key] = set()
+        # Page on while a span's page is full and some of its rows were not seen yet: a
+        # span also holds other kinds' rows, and a row not checked must not be written
+        # back as pending.
+        ranges = {(shard, bucket): span(shard, bucket, keys) for (shard, bucket), keys in groups.items()}
+        while ranges:
+            found = self.core.store.read_buckets(list(ranges.values()), limit)
+            more: dict[tuple[int, int], PartRange] = {}
+            for (part, (bucket, shard, _after, until)), rows in zip(ranges.items(), found, strict=True):
+                keys = groups[part]
+                for row in rows:
+                    key = (row.fire_ms, row.job_id)
+                    if key in keys:
+                        del keys[key]
+                        if row.fired_ms is not None:
+                            out.add(key)
+                if len(rows) >= limit and keys:
+                    last = rows[-1]
+                    more[part] = (bucket, shard, (last.fire_ms, last.job_id), until)
+            ranges = more
         if out:
             self.core.stats.retired_dropped += len(out)
             self.core.metrics.retired_dropped.inc(len(out))

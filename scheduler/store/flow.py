@@ -157,7 +157,7 @@ def _stored_rate(value: Any) -> float | None:
         return None
     if not math.isfinite(value) or value <= 0:
         return None
-    return min(max(float(value), MIN_RATE_PER_S), MAX_LIMIT)
+    return min(max(float(value), MIN_RATE_PER_S), float(MAX_LIMIT))
 
 
 def _stored_count(value: Any) -> int | None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from scheduler import Client
+from scheduler import Client, JobSpec
 from scheduler.domain.clock import SystemClock
 from scheduler.domain.dispatch import Outcome
 from scheduler.domain.keys import from_ms
@@ -103,3 +103,30 @@ def test_a_reschedule_after_the_read_keeps_only_the_new_time(pstore: Store):
         assert (pending.fire_ms, pending.due_ms) == (later.fire_ms, later.due_ms)
         got = client.get("moved")
         assert got is not None and got.due_ms == later.due_ms
+
+
+def test_a_cancel_is_seen_past_a_full_page_of_other_kinds_rows(store_kind: str, request: Any,
+                                                               tmp_path: Any):
+    # The check reads each span a page at a time; a row a page past it (other kinds'
+    # rows between two held ones) must be checked too, not placed unchecked.
+    st = make_store(store_kind, request, tmp_path, SchemaOptions(shard_count=1, bucket_width_s=3600))
+    try:
+        now = SystemClock().now_ms()
+        base = (now // 3_600_000 + 1) * 3_600_000 + 1000  # early in the next bucket
+        with Client(st) as client:
+            a = client.schedule("a-held", from_ms(base), "paused", {})
+            client.schedule_many([JobSpec(f"filler-{i:03d}", from_ms(base + 1 + i), "other", {})
+                                  for i in range(200)])
+            b = client.schedule("b-held", from_ms(base + 500), "paused", {})
+            [rows] = st.read_buckets([(a.bucket, a.shard, None, b.fire_ms)], 1000)
+            held = [r for r in rows if r.job_id in ("a-held", "b-held")]
+            assert client.cancel("b-held")
+            t = SystemClock().now_ms()
+            core = Core(st, SystemClock(), PollerConfig(), "p", PollerMetrics(), st.meta())
+            core.outcomes.put([Outcome(r, False, HELD, t + HOLD_MS, False, t, WAIT) for r in held])
+            assert Recorder(core).record_outcomes() == 2
+            got_b, got_a = client.get("b-held"), client.get("a-held")
+            assert got_b is not None and got_b.status == Status.CANCELLED
+            assert got_a is not None and got_a.status == Status.PENDING and got_a.fire_ms != a.fire_ms
+    finally:
+        st.close()

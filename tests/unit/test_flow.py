@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 import random
+import re
 from collections.abc import Callable
 
 import pytest
@@ -19,6 +20,7 @@ from scheduler.domain.flow import (
     check_priority,
     fresh,
     limits_from,
+    parse_count,
     parse_priority,
     parse_rate,
     rate_part,
@@ -431,3 +433,17 @@ def test_the_slots_never_sum_over_the_limit_whatever_the_demands(n, total, offse
         return int(steps[(int(me[1:]) * 3 + now // 1000) % len(steps)])
     sums = _simulate_slots(n, total, 5, offsets[:n], demand)
     assert max(sums) <= total
+
+
+@pytest.mark.parametrize("text, said", [
+    ("-1", "burst -1 must be at least 1"), ("0", "burst 0 must be at least 1"),
+    ("9" * 40, "is above the highest, 1000000000"), ("1000000001", "is above the highest"),
+    ("abc", "is not a whole number"), ("1.5", "is not a whole number")])
+def test_a_bad_count_says_what_is_wrong_with_it(text, said):
+    with pytest.raises(InvalidInput, match=re.escape(said)) as err:
+        parse_count("burst", text)
+    assert "limits clear" in str(err.value) or "whole number" in str(err.value)
+
+
+def test_a_count_may_have_a_sign_or_leading_zeros():
+    assert [parse_count("burst", t) for t in ("+3", "03", " 3 ")] == [3, 3, 3]

@@ -238,3 +238,24 @@ def test_many_throttled_kinds_share_one_budget_of_kept_jobs():
     q.excess(1000)
     kept = sum(q.fair.waiting_kinds().values())
     assert kept <= 800 // 4, kept
+
+
+def test_a_key_spelled_none_next_to_keyless_jobs_is_placed_without_a_crash():
+    q, _ = queue()
+    q.set_limits(Limits("p", paused=True), None, None)
+    for i in range(3):
+        q.push(job(f"a{i}", 100 + i, kind="p", key="None"))
+        q.push(job(f"b{i}", 100 + i, kind="p"))
+    q.pop_ready(10_000, 10)
+    assert len(q.excess(10_000)) == 6
+
+
+def test_a_large_paused_backlog_is_held_oldest_first_across_passes():
+    q, _ = queue()
+    q.set_limits(Limits("p", paused=True), None, None)
+    for i in range(5000):
+        q.push(job(f"p{i:04d}", 100 + i, kind="p", priority=i % 10))
+    q.pop_ready(10_000, 10)
+    placed = q.excess(10_000) + q.excess(10_000) + q.excess(10_000)
+    order = [j.job_id for j, _at, _why in sorted(placed, key=lambda p: p[1])]
+    assert order == [f"p{i:04d}" for i in range(5000)]
