@@ -341,7 +341,7 @@ def rate_part(total: float, rows: Sequence[Demand], me: str, current: float,
 
 
 def slot_part(total: int, rows: Sequence[Demand], me: str, current: int,
-              visible: bool = True) -> int:
+              visible: bool = True, published: int | None = None) -> int:
     """My next part of a fleet-wide concurrency, by ``rate_part``'s rule in whole slots: my
     ``slots`` of the latest demands, lowered at once, raised only into what the others'
     published slots leave free and by at most an equal cut of it among all the pollers
@@ -350,7 +350,10 @@ def slot_part(total: int, rows: Sequence[Demand], me: str, current: int,
     those below their share, so the last free slots are not left unused. Without this,
     demand appearing on several pollers in one round gives each the whole limit (each
     sees the others' demand still at 0), and their handlers together run over it. A row
-    without slots counts as its ``slots`` share. Deterministic and pure."""
+    without slots counts as its ``slots`` share. ``published``: the demand my row the
+    others read holds (default: my current one); who is below their share is judged from
+    the published demands only, so pollers raising at once agree on it. Deterministic and
+    pure."""
     latest = {r.poller: max(0, r.demand) for r in rows}
     if me not in latest or total <= 0:
         return 0
@@ -361,5 +364,33 @@ def slot_part(total: int, rows: Sequence[Demand], me: str, current: int,
             for r in rows if r.poller != me}
     held[me] = current
     cut, extra = divmod(max(0, total - sum(held.values())), len(latest))
-    below = sorted(p for p, n in held.items() if n < slots(total, latest, p))
+    shown = {**latest, me: latest[me] if published is None else max(0, published)}
+    below = sorted(p for p, n in held.items() if n < slots(total, shown, p))
+    if me not in below or extra < len(below):
+        return min(target, current + cut)
     return min(target, current + cut + (1 if below.index(me) < extra else 0))
+
+
+# A poller's first raise of a part waits this long after its first publish, and a raise
+# computed in a round slower than this is not applied: so a poller whose row another
+# could not see yet (both starting) never raises from a view that misses the other.
+SETTLE_MS = 1000
+
+
+def may_raise(others: Iterable[Demand], seen: bool, raised_ms: int | None, skew_ms: int,
+              first_ms: int | None = None, now_ms: int = 0) -> bool:
+    """Whether my part may rise this round (the ``visible`` of ``rate_part`` and
+    ``slot_part``): my row was among those I read (``seen``: the others can see me), my
+    first publish (``first_ms``) was at least ``SETTLE_MS`` before this round's read
+    (``now_ms``), and every other poller's row was written from a read made after my part
+    last rose (``raised_ms``, my clock; ``skew_ms`` covers the others' clocks). Each of
+    their parts in force was then computed knowing mine, so a raise of mine never adds to
+    one of theirs computed from my older part (a slow round of theirs, two rounds of mine
+    within one of theirs); a poller I cannot see yet published after my read, so it waits
+    ``SETTLE_MS`` and then sees my raise (rounds slower than that raise nothing)."""
+    if raised_ms is None or not seen:
+        return False
+    if first_ms is not None and now_ms - first_ms < SETTLE_MS:
+        return False
+    return all(r.at_ms > raised_ms + skew_ms for r in others)
+

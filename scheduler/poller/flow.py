@@ -18,8 +18,9 @@ goes on.
 from __future__ import annotations
 
 import logging
+import math
 
-from ..domain.flow import Demand, Limits, fresh, rate_part, slot_part
+from ..domain.flow import SETTLE_MS, Demand, Limits, fresh, may_raise, rate_part, slot_part
 from ..errors import SchedulerError, SchemaError
 from ..observe.faults import FaultLog
 from .rows import by_partition, span, take_early
@@ -29,7 +30,7 @@ log = logging.getLogger("scheduler.poller")
 
 REFRESH_S = 1.0
 # The next round's delay while some part waits for the others to see this poller's row.
-SETTLE_S = 0.1
+SETTLE_S = 0.25
 # Rows read beyond the recalled ones in a span (other jobs placed at the same times).
 RECALL_SLACK = 64
 # Demand rows older than this are ignored: a killed poller's part returns to the
@@ -50,6 +51,9 @@ class FlowControl:
         # My parts in force, kept while the store fails: (kind, "rate"|"concurrency").
         self._parts: dict[tuple[str, str], float] = {}
         self.settling = False  # some kind's part waits to be seen: refresh again soon
+        # Per kind, when (wall ms, after the publish) my part of it last rose.
+        self._raised_ms: dict[str, int] = {}
+        self._first_ms: dict[str, int] = {}  # per kind, when (wall ms) I first published it
 
     def refresh(self) -> bool:
         """One round: read, publish, split, apply. False when the store failed (the limits
@@ -92,7 +96,7 @@ class FlowControl:
             ok = False
         rows_of: dict[str, list[Demand]] = {}
         others_running: dict[str, int] = {}
-        mine_seen = {(row.poller, row.kind) for row in seen if row.poller == me}
+        mine_seen = {row.kind: row for row in seen if row.poller == me}  # my rows the others read
         for row in seen:
             if row.poller != me:
                 rows_of.setdefault(row.kind, []).append(row)
@@ -105,6 +109,7 @@ class FlowControl:
         # starting, a limit just set): refused for a moment, not throttled.
         settling: set[str] = set()
         keep = self._still_seen()  # unpublished, my parts in force stay while the others count them
+        skew = core.meta.max_skew_ms
         for kind, lim in limits.items():
             if kind not in mine:  # only paused
                 continue
@@ -120,13 +125,17 @@ class FlowControl:
                 continue
             demand, running = mine[kind]
             kind_rows = [*rows_of.get(kind, []), Demand(me, kind, demand, running, now, cur_rate, cur_conc)]
-            visible = (me, kind) in mine_seen
-            if not visible:
+            shown = mine_seen.get(kind)
+            first = self._first_ms.get(kind)
+            visible = may_raise(rows_of.get(kind, ()), shown is not None, self._raised_ms.get(kind),
+                                skew, first, now)
+            if shown is None or first is None or now - first < SETTLE_MS:
                 settling.add(kind)
             if lim.rate_per_s is not None:
                 parts[kind] = rate_part(lim.rate_per_s, kind_rows, me, cur_rate, visible)
             if lim.concurrency is not None:
-                conc_parts[kind] = slot_part(lim.concurrency, kind_rows, me, cur_conc, visible)
+                conc_parts[kind] = slot_part(lim.concurrency, kind_rows, me, cur_conc, visible,
+                                             None if shown is None else shown.demand)
         if ok:
             try:
                 store.publish_demand(me, [(k, d, r, parts.get(k), conc_parts.get(k))
@@ -145,6 +154,20 @@ class FlowControl:
             else:
                 self.fault.ok()
                 self._published_at = core.clock.monotonic()
+                raised_at = core.clock.now_ms()
+                for kind in mine:
+                    self._first_ms.setdefault(kind, raised_at)
+                    if (kind not in self._raised_ms
+                            or parts.get(kind, 0.0) > self._parts.get((kind, "rate"), 0.0)
+                            or conc_parts.get(kind, 0) > self._parts.get((kind, "concurrency"), 0)):
+                        self._raised_ms[kind] = raised_at
+                if raised_at - now > SETTLE_MS:
+                    # A slow round: a poller that published meanwhile, unseen, may raise
+                    # from a view without my raise. Published, the raise only makes the
+                    # others take less; in force it waits for a quicker round.
+                    parts = {k: min(p, self._parts.get((k, "rate"), 0.0)) for k, p in parts.items()}
+                    conc_parts = {k: min(n, int(self._parts.get((k, "concurrency"), 0)))
+                                  for k, n in conc_parts.items()}
         metrics = core.metrics
         with core.cond:
             queue = core.due
@@ -164,6 +187,14 @@ class FlowControl:
                     metrics.flow_limit.labels(kind, "rate").set(rate)
                 if conc is not None:
                     metrics.flow_limit.labels(kind, "concurrency").set(conc)
+            # Past this, limited kinds start nothing until a publish succeeds again, even
+            # if this thread is stuck in a store call (the dispatcher checks it).
+            at = self._published_at
+            queue.parts_until = (math.inf if alone else 0.0 if at is None
+                                 else at + DEMAND_MAX_AGE_MS / 1000 - REFRESH_S)
+            for kind in set(self._raised_ms) - set(mine):
+                del self._raised_ms[kind]
+                self._first_ms.pop(kind, None)
             # A part of a limit that is gone is forgotten: set again, it starts from 0.
             for kind, which in list(self._parts):
                 now_lim = limits.get(kind)

@@ -21,6 +21,7 @@ than it was.
 
 from __future__ import annotations
 
+import math
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Iterator
 
@@ -73,6 +74,9 @@ class FlowQueue:
         self.paused: frozenset[str] = frozenset()
         self.settling: set[str] = set()  # kinds whose parts are about to rise (set_limits)
         self._held_next: dict[str, int] = {}  # per paused kind, the next free hold time (ms)
+        # Until when (monotonic s) this poller's parts of the fleet-wide limits hold: set
+        # by flow control after each publish; past it, limited kinds start nothing.
+        self.parts_until = math.inf
         self._mono = monotonic
         # Admitted rows not finished yet, counted: a row can be admitted again while its
         # first run goes on (its shard lost and claimed again, the row read again).
@@ -140,6 +144,13 @@ class FlowQueue:
         return jobs
 
     def _admit(self, job: Job) -> str | None:
+        lim = self.limits.get(job.kind)
+        if (lim is not None and not lim.paused and (lim.rate_per_s is not None or lim.concurrency is not None)
+                and self._mono() > self.parts_until):
+            # Flow control could not publish for too long (its thread stuck in a store
+            # call): the others may have taken this poller's parts.
+            self.throttled_kinds.add(job.kind)
+            return "rate" if lim.rate_per_s is not None else "concurrency"
         reason = self.gates.try_start(job.kind)
         if reason is None:
             self._admitted[_row(job)] += 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import heapq
 import math
 import random
 import re
@@ -13,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scheduler.domain.flow import (
+    SETTLE_MS,
     Demand,
     Limits,
     by_kind,
@@ -20,6 +22,7 @@ from scheduler.domain.flow import (
     check_priority,
     fresh,
     limits_from,
+    may_raise,
     parse_count,
     parse_priority,
     parse_rate,
@@ -447,3 +450,76 @@ def test_a_bad_count_says_what_is_wrong_with_it(text, said):
 
 def test_a_count_may_have_a_sign_or_leading_zeros():
     assert [parse_count("burst", t) for t in ("+3", "03", " 3 ")] == [3, 3, 3]
+
+
+# --- may_raise: slow rounds and fast ones never put the parts over ----------------------
+
+
+def _interleaved(seed: int, slow_s: float, split: Callable[..., float], total: float) -> float:
+    """Three pollers with read and publish as separate events (a round that is slow now
+    and then, a quick second round while a part waits to be seen, restarts, demand
+    jumping), each raising only when ``may_raise`` allows it. Returns the largest sum of
+    the parts in force."""
+    rnd = random.Random(seed)
+    names = ["a", "b", "c"]
+    pub: dict[str, Demand] = {}
+    inforce = dict.fromkeys(names, 0.0)
+    raised: dict[str, int] = {}
+    first: dict[str, int] = {}
+    demand = {p: rnd.choice([0, 5, 1000]) for p in names}
+    events = [(rnd.random(), p, "read") for p in names]
+    heapq.heapify(events)
+    views: dict[str, tuple[int, dict[str, Demand]]] = {}
+    worst = 0.0
+    while events:
+        t, p, what = heapq.heappop(events)
+        if t > 120:
+            break
+        now = int(t * 1000)
+        if rnd.random() < 0.05:
+            demand[rnd.choice(names)] = rnd.choice([0, 5, 1000])
+        if what == "read":
+            if rnd.random() < 0.01:  # restarted: its row is gone, it holds nothing
+                pub.pop(p, None)
+                inforce[p] = 0.0
+                raised.pop(p, None)
+                first.pop(p, None)
+            views[p] = (now, dict(pub))
+            heapq.heappush(events, (t + (slow_s if rnd.random() < 0.2 else 0.01), p, "publish"))
+            continue
+        read_at, view = views[p]
+        others = [r for q, r in view.items() if q != p]
+        rows = [*others, Demand(p, "k", demand[p], 0, read_at, inforce[p], int(inforce[p]))]
+        ok = may_raise(others, p in view, raised.get(p), 0, first.get(p), read_at)
+        if now - read_at > SETTLE_MS:
+            ok = False  # a slow round raises nothing
+        mine = view.get(p)
+        extra = {} if split is rate_part else {"published": None if mine is None else mine.demand}
+        new = float(split(total, rows, p, type(total)(inforce[p]), ok, **extra))
+        if new > inforce[p] or p not in pub:
+            raised[p] = now
+        first.setdefault(p, now)
+        pub[p] = Demand(p, "k", demand[p], 0, read_at, new, int(new))
+        inforce[p] = new
+        worst = max(worst, sum(inforce.values()))
+        heapq.heappush(events, (t + (0.1 if p not in view else 1.0), p, "read"))
+    return worst
+
+
+@pytest.mark.parametrize("slow_s", [0.15, 0.6, 1.2, 2.5])
+def test_slow_and_quick_rounds_never_put_the_rate_parts_over(slow_s):
+    assert max(_interleaved(seed, slow_s, rate_part, 100.0) for seed in range(60)) <= 100.0 + 1e-6
+
+
+@pytest.mark.parametrize("slow_s", [0.15, 1.2])
+def test_slow_and_quick_rounds_never_put_the_slots_over(slow_s):
+    assert max(_interleaved(seed, slow_s, slot_part, 10) for seed in range(60)) <= 10
+
+
+def test_a_raise_waits_for_the_others_to_read_after_the_last_one():
+    others = [Demand("b", "k", 5, 0, 2_000), Demand("c", "k", 5, 0, 2_600)]
+    assert not may_raise(others, True, 1_800, 500), "b read before my raise was surely seen"
+    assert may_raise(others, True, 1_400, 500)
+    assert not may_raise(others, False, 1_400, 500), "my own row not seen yet"
+    assert not may_raise(others, True, None, 500), "never published"
+    assert may_raise([], True, 1_400, 500), "alone: nobody to wait for"

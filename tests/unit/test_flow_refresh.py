@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from scheduler.domain.clock import FakeClock
-from scheduler.domain.flow import Demand, Limits
+from scheduler.domain.flow import SETTLE_MS, Demand, Limits
 from scheduler.domain.model import Job
 from scheduler.errors import StoreUnavailable
 from scheduler.observe.metrics import PollerMetrics
@@ -59,8 +59,9 @@ def test_a_part_grows_only_once_seen_and_is_dropped_when_it_can_no_longer_be_pub
 
 def test_a_part_waiting_to_be_seen_keeps_its_kinds_jobs_and_is_raised_soon():
     """A poller starting (or a limit just set) holds no part until the others have seen
-    its row: its kind's jobs are refused for that moment, which must not place the
-    backlog later (a minute of churn), and the next round comes in SETTLE_S, not 1 s."""
+    its row and SETTLE_MS have passed: its kind's jobs are refused for that moment, which
+    must not place the backlog later (a minute of churn), and rounds come every SETTLE_S
+    meanwhile, not every second."""
     store, clock = FlowStore(), FakeClock()
     store.limits = [Limits("k", concurrency=10)]
     core = Core(store, clock, PollerConfig(), "me", PollerMetrics(), META)  # type: ignore[arg-type]
@@ -72,8 +73,11 @@ def test_a_part_waiting_to_be_seen_keeps_its_kinds_jobs_and_is_raised_soon():
     with core.cond:
         assert core.due.pop_ready(1000, 100) == [], "no slots yet"
         assert core.due.excess(1000) == [], "refused while settling: kept, not placed later"
-    clock.advance(SETTLE_S)
-    flow.refresh()
-    assert not flow.settling and core.due.settling == set()
+    rounds = 0
+    while flow.settling:  # seen, then SETTLE_MS after its first publish: rounds 0.1 s apart
+        clock.advance(SETTLE_S)
+        flow.refresh()
+        rounds += 1
+    assert rounds == SETTLE_MS // 250 and core.due.settling == set()
     with core.cond:
         assert len(core.due.pop_ready(1000, 100)) == 10

@@ -259,3 +259,19 @@ def test_a_large_paused_backlog_is_held_oldest_first_across_passes():
     placed = q.excess(10_000) + q.excess(10_000) + q.excess(10_000)
     order = [j.job_id for j, _at, _why in sorted(placed, key=lambda p: p[1])]
     assert order == [f"p{i:04d}" for i in range(5000)]
+
+
+def test_parts_past_their_deadline_start_nothing_of_a_limited_kind():
+    """Flow control stuck in a store call cannot publish: once the others may have taken
+    this poller's parts, its limited kinds start nothing (checked here, by the dispatcher,
+    not by the stuck thread); kinds without a limit go on."""
+    q, clock = queue()
+    q.set_limits(Limits("lim", rate_per_s=100.0, burst=100), 100.0, None)
+    q.parts_until = clock.monotonic() + 2.0
+    q.push(job("a", 100, kind="lim"))
+    assert [j.job_id for j in q.pop_ready(1000, 10)] == ["a"]
+    clock.advance(2.5)
+    q.push(job("b", 100, kind="lim"))
+    q.push(job("c", 100, kind="free"))
+    assert [j.job_id for j in q.pop_ready(1000, 10)] == ["c"]
+    assert q.fair.throttled[("lim", "rate")] >= 1
