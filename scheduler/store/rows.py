@@ -26,6 +26,14 @@ def priority_of(value: Any) -> int:
     return min(max(value, PRIORITIES[0]), PRIORITIES[-1])
 
 
+def key_of(value: Any) -> str | None:
+    """A stored key: None, or text. Anything else (a blob written past the client's checks
+    into SQLite's dynamically typed column) raises ``ValueError``: a poison row."""
+    if value is None or isinstance(value, str):
+        return value
+    raise ValueError(f"key {type(value).__name__} is not text")
+
+
 def job_from_row(row: Any, to_ms: Any = int) -> Job:
     """Build a Job from ``select_job``'s column order; ``to_ms`` converts timestamps."""
     (job_id, kind, payload, payload_json, due_at, fire_at, bucket, shard, status, attempts,
@@ -44,7 +52,7 @@ def job_from_row(row: Any, to_ms: Any = int) -> Job:
         fired_ms=None if fired_at is None else to_ms(fired_at),
         last_error=last_error,
         priority=priority_of(priority),
-        key=key,
+        key=key_of(key),
     )
 
 
@@ -59,7 +67,8 @@ def job_from_bucket_row(row: Any, to_ms: Any = int) -> Job:
                0 if due_at is None else to_ms(due_at), to_ms(fire_at), bucket, shard,
                Status.PENDING if fired_at is None else Status.FIRED, attempts or 0,
                None if fired_at is None else to_ms(fired_at), None,
-               priority if priority in _PRIORITIES else priority_of(priority), key)
+               priority if priority in _PRIORITIES else priority_of(priority),
+               key if key is None or type(key) is str else key_of(key))
 
 
 def jobs_from_bucket_rows(rows: Sequence[Any], to_ms: Any = int) -> list[Job]:

@@ -1,6 +1,7 @@
 """A stored priority and key as the readers see them: a row from before schema v007 has
 the defaults, a priority outside 0-9 written outside the client's checks is clamped, and a
-priority that is not a whole number makes a poison row (dead-lettered, not a crash)."""
+priority that is not a whole number or a key that is not text makes a poison row
+(dead-lettered, not a crash)."""
 
 from __future__ import annotations
 
@@ -50,3 +51,11 @@ def test_params_and_rows_agree():
     assert bucket_params(job)[-2:] == (2, "c-1") and job_params(job)[-2:] == (2, "c-1")
     assert job_from_bucket_row((*bucket_params(job)[:9], None, *bucket_params(job)[-2:])) == job
     assert job_from_row(job_params(job)) == job
+
+
+@pytest.mark.parametrize("bad", [b"cust", 42, 1.5])
+def test_a_key_that_is_not_text_is_a_poison_row(bad):
+    # SQLite keeps whatever a hand-written row holds: a blob key once crashed the recorder
+    # (hashing it to place the job later), now the row is dead-lettered as poison.
+    [job] = jobs_from_bucket_rows([bucket_row(5, bad)])
+    assert job.kind == POISON_KIND and "key" in (job.last_error or "")
