@@ -126,23 +126,18 @@ def _fire_poller(store: CassandraStore, n: int, now: int) -> float:
     return fire_all(poller, n, SHARDS, now)
 
 
-def fire_all(poller: Poller, n: int, shards: int, now: int | None = None,
-             from_first: bool = False) -> float:
+def fire_all(poller: Poller, n: int, shards: int, now: int | None = None) -> float:
     """Claim ``shards`` shards (untimed: one LWT each is not firing), then start the poller:
-    the seconds until it fired ``n`` jobs (at most 600), after which it is stopped. With
-    ``from_first``, counted from its first fired job (its start-up left out)."""
+    the seconds until it fired ``n`` jobs (at most 600), after which it is stopped."""
     for shard in range(shards):
         poller.claim(shard, now)
     t0 = time.perf_counter()
     poller.start()
-    first: float | None = None
     while poller.stats.fired < n and time.perf_counter() - t0 < 600:
-        if first is None and poller.stats.fired:
-            first = time.perf_counter()
         time.sleep(0.005)
-    end = time.perf_counter()
+    elapsed = time.perf_counter() - t0
     poller.stop()
-    return end - (first if from_first and first is not None else t0)
+    return elapsed
 
 
 def _rss_mb() -> float:
