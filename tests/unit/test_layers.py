@@ -82,7 +82,7 @@ LAYERS = (
     ("scheduler.producer",),
     ("scheduler.poller",),
     ("scheduler.runtime",),
-    ("scheduler.console",),
+    ("scheduler.console", "scheduler.api"),
     # The CLI reads the version from the package; the package's public API never imports
     # the CLI.
     ("scheduler.cli", "scheduler", "scheduler.__main__"),
