@@ -34,8 +34,9 @@ SETTLE_S = 0.25
 # Rows read beyond the recalled ones in a span (other jobs placed at the same times).
 RECALL_SLACK = 64
 # Demand rows older than this are ignored: a killed poller's part returns to the
-# others within this time plus one refresh.
-DEMAND_MAX_AGE_MS = 3000
+# others within this time plus one refresh. Long enough that a poller whose store calls
+# take half a second each (three a round) still publishes well within it.
+DEMAND_MAX_AGE_MS = 5000
 
 
 class FlowControl:
@@ -45,9 +46,10 @@ class FlowControl:
         self._old_schema_said = False
         self._kinds: set[str] = set()
         self._old_split_said = False
-        # When my parts were last published (monotonic s): once the others may have
-        # dropped my rows as stale, they may take my parts, so I hold none.
-        self._published_at: float | None = None
+        # Until when (monotonic s) my last published parts are in force: my rows carry the
+        # time of the read before the publish, and once the others may drop them as stale
+        # (DEMAND_MAX_AGE_MS after it, less both clocks' skew) they may take my parts.
+        self._parts_until: float | None = None
         # My parts in force, kept while the store fails: (kind, "rate"|"concurrency").
         self._parts: dict[tuple[str, str], float] = {}
         self.settling = False  # some kind's part waits to be seen: refresh again soon
@@ -73,6 +75,8 @@ class FlowControl:
             return False
         limits = {lim.kind: lim for lim in rows}
         me = core.name
+        if self._parts_until is not None and not self._still_seen():
+            self._start_over()
         with core.cond:
             queue = core.due
             waiting = queue.fair.waiting_kinds()
@@ -83,6 +87,7 @@ class FlowControl:
                     running = gate.running if gate is not None else 0
                     mine[kind] = (waiting.get(kind, 0) + running, running)
         now = core.clock.now_ms()
+        read_at = core.clock.monotonic()  # my rows' age counts from here, not from the publish
         seen: list[Demand] = []
         ok, alone = bool(mine), False
         try:
@@ -137,6 +142,11 @@ class FlowControl:
                 conc_parts[kind] = slot_part(lim.concurrency, kind_rows, me, cur_conc, visible,
                                              None if shown is None else shown.demand)
         if ok:
+            # Lowered parts are in force before the others can read them and take the room.
+            self._apply(limits, {k: p for k, p in parts.items() if p < self._parts.get((k, "rate"), p)},
+                        {k: n for k, n in conc_parts.items()
+                         if n < self._parts.get((k, "concurrency"), n)},
+                        settling, others_running, ok, lowering=True)
             try:
                 store.publish_demand(me, [(k, d, r, parts.get(k), conc_parts.get(k))
                                           for k, (d, r) in sorted(mine.items())], now)
@@ -153,7 +163,13 @@ class FlowControl:
                               for k, n in conc_parts.items()}
             else:
                 self.fault.ok()
-                self._published_at = core.clock.monotonic()
+                if self._parts_until is not None and not self._still_seen():
+                    # The publish came too late: the others may have dropped my last rows
+                    # and taken my parts meanwhile, so the parts computed from mine are void.
+                    parts = dict.fromkeys(parts, 0.0)
+                    conc_parts = dict.fromkeys(conc_parts, 0)
+                    self._start_over()
+                self._parts_until = read_at + (DEMAND_MAX_AGE_MS - 2 * skew) / 1000
                 raised_at = core.clock.now_ms()
                 for kind in mine:
                     self._first_ms.setdefault(kind, raised_at)
@@ -168,30 +184,14 @@ class FlowControl:
                     parts = {k: min(p, self._parts.get((k, "rate"), 0.0)) for k, p in parts.items()}
                     conc_parts = {k: min(n, int(self._parts.get((k, "concurrency"), 0)))
                                   for k, n in conc_parts.items()}
+        self._apply(limits, parts, conc_parts, settling, others_running, ok)
         metrics = core.metrics
         with core.cond:
             queue = core.due
-            for kind, lim in limits.items():
-                rate = parts.get(kind)
-                conc = conc_parts.get(kind)
-                if rate is not None:
-                    self._parts[(kind, "rate")] = rate
-                if conc is not None:
-                    self._parts[(kind, "concurrency")] = conc
-                    if ok and lim.concurrency is not None:
-                        # Never more than the others leave free: a poller whose part just
-                        # shrank still runs its handlers, and they count until they end.
-                        conc = max(0, min(conc, lim.concurrency - others_running.get(kind, 0)))
-                queue.set_limits(lim, rate, conc, settling=kind in settling)
-                if rate is not None:
-                    metrics.flow_limit.labels(kind, "rate").set(rate)
-                if conc is not None:
-                    metrics.flow_limit.labels(kind, "concurrency").set(conc)
             # Past this, limited kinds start nothing until a publish succeeds again, even
             # if this thread is stuck in a store call (the dispatcher checks it).
-            at = self._published_at
-            queue.parts_until = (math.inf if alone else 0.0 if at is None
-                                 else at + DEMAND_MAX_AGE_MS / 1000 - REFRESH_S)
+            until = self._parts_until
+            queue.parts_until = math.inf if alone else 0.0 if until is None else until
             for kind in set(self._raised_ms) - set(mine):
                 del self._raised_ms[kind]
                 self._first_ms.pop(kind, None)
@@ -251,11 +251,51 @@ class FlowControl:
                 core.cond.notify_all()
         return n
 
+    def _apply(self, limits: dict[str, Limits], parts: dict[str, float], conc_parts: dict[str, int],
+               settling: set[str], others_running: dict[str, int], ok: bool,
+               lowering: bool = False) -> None:
+        """Put ``parts`` (rates) and ``conc_parts`` (slots) in force for every kind of
+        ``limits`` (a kind in neither has no part: only paused). ``lowering``: only the
+        kinds named change, the part they do not name stays as it is."""
+        core = self.core
+        metrics = core.metrics
+        with core.cond:
+            queue = core.due
+            for kind, lim in limits.items():
+                rate, conc = parts.get(kind), conc_parts.get(kind)
+                if lowering:
+                    if rate is None and conc is None:
+                        continue
+                    # The other part as it is (none yet: none, never the whole limit).
+                    if rate is None and lim.rate_per_s is not None:
+                        rate = self._parts.get((kind, "rate"), 0.0)
+                    if conc is None and lim.concurrency is not None:
+                        conc = int(self._parts.get((kind, "concurrency"), 0))
+                if rate is not None:
+                    self._parts[(kind, "rate")] = rate
+                if conc is not None:
+                    self._parts[(kind, "concurrency")] = conc
+                    if ok and lim.concurrency is not None:
+                        # Never more than the others leave free: a poller whose part just
+                        # shrank still runs its handlers, and they count until they end.
+                        conc = max(0, min(conc, lim.concurrency - others_running.get(kind, 0)))
+                queue.set_limits(lim, rate, conc, settling=kind in settling)
+                if rate is not None:
+                    metrics.flow_limit.labels(kind, "rate").set(rate)
+                if conc is not None:
+                    metrics.flow_limit.labels(kind, "concurrency").set(conc)
+
+    def _start_over(self) -> None:
+        """Forget my parts and raises: the others may have dropped my rows and taken my
+        parts, so I start again from none, as a poller that just started."""
+        self._parts.clear()
+        self._raised_ms.clear()
+        self._first_ms.clear()
+
     def _still_seen(self) -> bool:
-        """Whether the others still count my last published parts (my rows are fresh for
-        ``DEMAND_MAX_AGE_MS``, less a refresh of margin)."""
-        at = self._published_at
-        return at is not None and self.core.clock.monotonic() - at < DEMAND_MAX_AGE_MS / 1000 - REFRESH_S
+        """Whether the others still count my last published parts."""
+        until = self._parts_until
+        return until is not None and self.core.clock.monotonic() < until
 
     def _no_split(self, exc: SchemaError) -> bool:
         """The store's schema has the limits but not the published parts (before v009):

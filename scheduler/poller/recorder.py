@@ -157,7 +157,12 @@ class Recorder:
                             out.add(key)
                 if len(rows) >= limit and keys:
                     last = rows[-1]
-                    more[part] = (bucket, shard, (last.fire_ms, last.job_id), until)
+                    cursor = (last.fire_ms, last.job_id)
+                    # Only while the page moves the cursor on: rows out of order (written
+                    # by hand) must not page forever. The rows left unchecked are placed,
+                    # as before this check existed: a job is never dropped for it.
+                    if _after is None or cursor > _after:
+                        more[part] = (bucket, shard, cursor, until)
             ranges = more
         if out:
             self.core.stats.retired_dropped += len(out)
