@@ -6,7 +6,7 @@
   over the time from the first to the last) divided by the limit; goal 0.9-1.05. Also the
   most starts in any 1-second window against limit + burst (goal: never over). On the
   embedded store (no ZooKeeper) the 2 pollers run in this process, 8 shards each.
-- ``flow_control_overhead``: one poller firing 20,000 overdue no-op jobs with limits set on
+- ``flow_control_overhead``: one poller firing 60,000 no-op jobs due at one instant with limits set on
   their kind that should not bind (1,000,000/s, concurrency 1,000 against 16 workers),
   divided by the same firing with no limits. Paired rounds, the order alternating; the
   median of the per-round ratios. Goal >= 0.95. The starts the limits refused are counted
@@ -17,7 +17,7 @@
   small-key jobs run with no large key present.
 
     .venv/bin/python -m bench.flow [--store cassandra|sqlite] [--only NAME ...] [--pollers 2]
-                                   [--rounds 4] [--concurrency 1000] [--json]
+                                   [--rounds 6] [--concurrency 1000] [--json]
 
 Lateness is a handler's start less its job's due time.
 """
@@ -222,10 +222,11 @@ def _fire(where: str, n: int, limited: bool, concurrency: int | None) -> tuple[f
     t = now_ms()
     with new_store(where, "bench_flow_over", t - 120_000) as store:
         width = store.meta().bucket_width_s
-        due = t + LOAD_LEAD_MS
+        lead = LOAD_LEAD_MS + n * LOAD_MS_PER_JOB
+        due = t + lead
         load(store, [job(width, f"o{i:06d}", kind, due) for i in range(n)])
         if now_ms() > due - 3000:
-            raise SystemExit(f"loading {n} jobs took more than {LOAD_LEAD_MS - 3000} ms: pass fewer")
+            raise SystemExit(f"loading {n} jobs took more than {lead - 3000} ms: pass fewer")
         if limited:
             store.set_limits(kind, 1_000_000.0, None, concurrency, None, now_ms())
         poller = Poller(store, App.for_function(lambda job: None),
@@ -243,12 +244,13 @@ def _fire(where: str, n: int, limited: bool, concurrency: int | None) -> tuple[f
         return n / elapsed, refused
 
 
-# The jobs of a flow_control_overhead round are due this long after the round starts:
-# time to load them and for the poller to start and settle first.
+# The jobs of a flow_control_overhead round are due this long after the round starts,
+# plus LOAD_MS_PER_JOB each: time to load them and for the poller to start and settle first.
 LOAD_LEAD_MS = 12_000
+LOAD_MS_PER_JOB = 0.15
 
 
-def flow_control_overhead(where: str, jobs: int = 20_000, rounds: int = 4,
+def flow_control_overhead(where: str, jobs: int = 60_000, rounds: int = 6,
                           concurrency: int | None = 1000) -> dict[str, Any]:
     pairs: list[tuple[float, float]] = []
     refused: Counter[str] = Counter()
@@ -339,7 +341,7 @@ def main() -> None:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--zk", default="127.0.0.1:2181")
     ap.add_argument("--pollers", type=int, default=2, help="rate_limit_accuracy's fleet size")
-    ap.add_argument("--rounds", type=int, default=4, help="flow_control_overhead's paired rounds")
+    ap.add_argument("--rounds", type=int, default=6, help="flow_control_overhead's paired rounds")
     ap.add_argument("--only", nargs="*", default=list(STEPS))
     ap.add_argument("--concurrency", type=int, default=1000,
                     help="flow_control_overhead's concurrency limit (0: none, the rate only)")

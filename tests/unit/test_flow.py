@@ -332,20 +332,26 @@ def test_gate_rate_through_shifting_shares():
 
 
 def _simulate(n: int, total: float, rounds: int, offsets_ms: list[int],
-              demand_at: Callable[[str, int], int]) -> list[float]:
+              demand_at: Callable[[str, int], int], slots: bool = False) -> list[float]:
     """Pollers refresh every 1,000 ms at their offsets: read every row, set their part
-    with rate_part, publish it with their demand (as poller/flow.py does). Returns the
-    sum of the parts in force after each refresh."""
+    with rate_part (slot_part with ``slots``), publish it with their demand (as
+    poller/flow.py does). Returns the sum of the parts in force after each refresh."""
     names = [f"p{i}" for i in range(n)]
     rows: dict[str, Demand] = {}
-    parts = {p: 0.0 for p in names}
+    parts: dict[str, float] = dict.fromkeys(names, 0)
+
+    def row(me: str, d: int, now: int) -> Demand:
+        return (Demand(me, "k", d, 0, now, None, int(parts[me])) if slots
+                else Demand(me, "k", d, 0, now, parts[me]))
+
     sums: list[float] = []
     events = sorted((r * 1000 + offsets_ms[i], names[i]) for r in range(rounds) for i in range(n))
     for now, me in events:
         d = demand_at(me, now)
-        view = [r for p, r in rows.items() if p != me] + [Demand(me, "k", d, 0, now, parts[me])]
-        parts[me] = rate_part(total, view, me, parts[me], visible=me in rows)
-        rows[me] = Demand(me, "k", d, 0, now, parts[me])
+        view = [r for p, r in rows.items() if p != me] + [row(me, d, now)]
+        parts[me] = (slot_part(int(total), view, me, int(parts[me]), visible=me in rows) if slots
+                     else rate_part(total, view, me, parts[me], visible=me in rows))
+        rows[me] = row(me, d, now)
         sums.append(sum(parts.values()))
     return sums
 
@@ -393,32 +399,15 @@ def test_the_parts_never_sum_over_the_rate_whatever_the_demands(n, offsets, step
 # --- slot_part: the same for a concurrency, in whole slots ------------------------------
 
 
-def _simulate_slots(n: int, total: int, rounds: int, offsets_ms: list[int],
-                    demand_at: Callable[[str, int], int]) -> list[int]:
-    """As ``_simulate``, for slots: the sum of the slots in force after each refresh."""
-    names = [f"p{i}" for i in range(n)]
-    rows: dict[str, Demand] = {}
-    parts = {p: 0 for p in names}
-    sums: list[int] = []
-    events = sorted((r * 1000 + offsets_ms[i], names[i]) for r in range(rounds) for i in range(n))
-    for now, me in events:
-        d = demand_at(me, now)
-        view = [r for p, r in rows.items() if p != me] + [Demand(me, "k", d, 0, now, None, parts[me])]
-        parts[me] = slot_part(total, view, me, parts[me], visible=me in rows)
-        rows[me] = Demand(me, "k", d, 0, now, None, parts[me])
-        sums.append(sum(parts.values()))
-    return sums
-
-
 @pytest.mark.parametrize("n, offsets", [(2, [100, 500]), (3, [0, 300, 700]), (3, [0, 0, 0])])
 def test_demand_appearing_everywhere_in_one_round_never_puts_the_slots_over(n, offsets):
-    sums = _simulate_slots(n, 10, 8, offsets, lambda me, now: 0 if now < 1000 else 50)
+    sums = _simulate(n, 10, 8, offsets, lambda me, now: 0 if now < 1000 else 50, slots=True)
     assert max(sums) <= 10
     assert sums[-1] == 10, "every slot is in use after a few rounds"
 
 
 def test_a_lone_free_slot_goes_to_one_poller_and_is_not_stuck():
-    sums = _simulate_slots(2, 1, 4, [0, 0], lambda me, now: 5)
+    sums = _simulate(2, 1, 4, [0, 0], lambda me, now: 5, slots=True)
     assert max(sums) <= 1 and sums[-1] == 1
 
 
@@ -434,7 +423,7 @@ def test_slots_fall_at_once_and_rise_only_into_what_the_others_leave():
 def test_the_slots_never_sum_over_the_limit_whatever_the_demands(n, total, offsets, steps):
     def demand(me: str, now: int) -> int:
         return int(steps[(int(me[1:]) * 3 + now // 1000) % len(steps)])
-    sums = _simulate_slots(n, total, 5, offsets[:n], demand)
+    sums = _simulate(n, total, 5, offsets[:n], demand, slots=True)
     assert max(sums) <= total
 
 
