@@ -222,7 +222,7 @@ def _fire(where: str, n: int, limited: bool, concurrency: int | None) -> tuple[f
     t = now_ms()
     with new_store(where, "bench_flow_over", t - 120_000) as store:
         width = store.meta().bucket_width_s
-        lead = LOAD_LEAD_MS + n * LOAD_MS_PER_JOB
+        lead = LOAD_LEAD_MS + int(n * LOAD_MS_PER_JOB)
         due = t + lead
         load(store, [job(width, f"o{i:06d}", kind, due) for i in range(n)])
         if now_ms() > due - 3000:
