@@ -1,9 +1,11 @@
 """The OpenAPI 3 document of the API, written by hand from the routes (``app.py``) and
-served at ``/openapi.json``; docs/openapi.json is a copy (a test keeps the two equal,
-and checks that the document and the routes name the same paths and methods). Pure."""
+served at ``/openapi.json``. docs/openapi.json is a copy, written by
+``python -m scheduler.api.openapi > docs/openapi.json``; a test keeps the two equal, and
+checks that the document and the routes name the same paths and methods. Pure."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from .body import MAX_BODY_BYTES
@@ -182,3 +184,12 @@ def document() -> dict[str, Any]:
         "components": {"schemas": SCHEMAS,
                        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
     }
+
+
+def text() -> str:
+    """The document as docs/openapi.json holds it."""
+    return json.dumps(document(), indent=2) + "\n"
+
+
+if __name__ == "__main__":
+    print(text(), end="")

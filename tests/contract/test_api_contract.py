@@ -279,6 +279,8 @@ BAD_SCHEDULES = [
     ({"kind": "k", "every": "5m", "priority": "5"}, "priority"),
     ({"kind": "k", "every": "5m", "jitter": {}}, "jitter must be a duration"),
     ({"kind": "k", "every": "5m", "catchup_window": -1}, "catchup-window"),
+    ({"kind": "k", "every": "5m", "catchup_window": 10**30}, "ten years"),
+    ({"kind": "k", "every": "5m", "jitter": 10**30}, "jitter"),
     ({"kind": "k", "every": "5m", "colour": "red"}, "unknown field(s) 'colour'"),
     ([], "must be a JSON object"),
 ]
