@@ -23,7 +23,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..domain.effects import call
+from ..domain.effects import Steps, call
 from ..domain.jobspec import JobSpec, spec_from_dict
 from ..domain.model import Job, Status
 from ..errors import InvalidInput
@@ -102,24 +102,25 @@ class JobOps:
         ``Outcome`` each, in order. A store failure raises (nothing is said about any
         job; the same request again is safe)."""
         client = self.client
-        now = client.clock.now_ms()
         out: list[Outcome | None] = [None] * len(raws)
+        specs: dict[int, JobSpec] = {}
+        for i, raw in enumerate(raws):
+            try:
+                specs[i] = spec_of(raw, i)
+            except InvalidInput as exc:
+                out[i] = Outcome(given_id(raw), 400, error=str(exc))
+        built = client.run(self._build(specs))
         placed: dict[int, Job] = {}
         first: dict[str, int] = {}
-        for i, raw in enumerate(raws):
-            given = raw.get("id") if isinstance(raw, dict) else None
-            job_id = given if isinstance(given, str) else None
-            try:
-                job = client.build(spec_of(raw, i), now)
-            except InvalidInput as exc:
-                out[i] = Outcome(job_id, 400, error=str(exc))
-                continue
-            if job.job_id in first:
-                out[i] = Outcome(job_id, 400, error=f"job #{i + 1}: id {job.job_id!r} is also job "
-                                                    f"#{first[job.job_id] + 1} of this request")
-                continue
-            first[job.job_id] = i
-            placed[i] = job
+        for i, job in built.items():
+            if isinstance(job, InvalidInput):
+                out[i] = Outcome(given_id(raws[i]), 400, error=str(job))
+            elif job.job_id in first:
+                out[i] = Outcome(job.job_id, 400, error=f"job #{i + 1}: id {job.job_id!r} is also job "
+                                                        f"#{first[job.job_id] + 1} of this request")
+            else:
+                first[job.job_id] = i
+                placed[i] = job
         if placed:
             ids = [job.job_id for job in placed.values()]
             existing: dict[str, Job] = client.run(client.producer.retrying(lambda: call("get_many", ids)))
@@ -136,6 +137,18 @@ class JobOps:
                 out[i] = Outcome(stored.job_id, 201, stored) if same_job(stored, placed[i]) \
                     else conflict(i, stored)
         return [o for o in out if o is not None]
+
+    def _build(self, specs: dict[int, JobSpec]) -> Steps[dict[int, Job | InvalidInput]]:
+        """Each spec checked and placed by ``Producer.build`` (writes nothing), in one run
+        of effects: the placed job, or why it was refused (``schedule_many``'s message)."""
+        now = self.client.clock.now_ms()
+        out: dict[int, Job | InvalidInput] = {}
+        for i, spec in specs.items():
+            try:
+                out[i] = yield from self.client.producer.build(spec, now)
+            except InvalidInput as exc:
+                out[i] = InvalidInput(f"job #{i + 1} ({spec.job_id!r}): {exc}")
+        return out
 
     def get(self, job_id: str) -> dict[str, Any]:
         """``scheduler get --json`` of the job; ``JobNotFound``."""
@@ -158,6 +171,12 @@ class JobOps:
             raise ApiError(409, f"job {job_id!r} is {view['status']}, not pending: there is nothing to "
                                 "cancel (GET it to see why)")
         return view
+
+
+def given_id(raw: Any) -> str | None:
+    """The id a refused job gave, when it gave one as text."""
+    given = raw.get("id") if isinstance(raw, dict) else None
+    return given if isinstance(given, str) else None
 
 
 def conflict(index: int, stored: Job) -> Outcome:

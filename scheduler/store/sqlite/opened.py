@@ -18,7 +18,7 @@ from pathlib import Path
 from ...errors import StoreUnavailable
 
 
-def identity(path: Path) -> tuple[int, int]:
+def identity(path: str) -> tuple[int, int]:
     """The (device, inode) of ``path``; ``OSError`` when there is no file."""
     st = os.stat(path)
     return st.st_dev, st.st_ino
@@ -28,8 +28,8 @@ class OpenedFile:
     """The file a connection was opened on, known by identity rather than by name."""
 
     def __init__(self, path: Path) -> None:
-        self.path = path
-        self.identity = identity(path)
+        self.path = str(path)  # a str: stat is called before every store call
+        self.identity = identity(self.path)
 
     def check(self, url: str) -> None:
         """Return while ``path`` is the opened file; raise ``StoreUnavailable`` when there
