@@ -6,6 +6,7 @@ and SIGTERM as the normal stop (exit 0). No token ever reaches the process's out
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -126,6 +127,7 @@ class Served:
             conn.close()
 
 
+@contextlib.contextmanager
 def serve(store: str, tmp_path: Path, *extra: str, tls: ssl.SSLContext | None = None) -> Iterator[Served]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCHEDULER_")}
     env["SCHEDULER_API_TOKENS_FILE"] = str(tokens_file(tmp_path))
@@ -159,7 +161,8 @@ def _answers(served: Served) -> bool:
 
 @pytest.fixture
 def api(store: str, tmp_path: Path) -> Iterator[Served]:
-    yield from serve(store, tmp_path)
+    with serve(store, tmp_path) as served:
+        yield served
 
 
 def test_the_process_serves_the_api_over_a_socket(api: Served):
@@ -216,7 +219,7 @@ def pem(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 def test_with_tls_it_serves_https_only(store: str, tmp_path: Path, pem: tuple[Path, Path]):
     context = ssl.create_default_context(cafile=str(pem[0]))
-    for api in serve(store, tmp_path, "--tls-cert", str(pem[0]), "--tls-key", str(pem[1]), tls=context):
+    with serve(store, tmp_path, "--tls-cert", str(pem[0]), "--tls-key", str(pem[1]), tls=context) as api:
         job = {"id": "tls1", "at": "2030-01-01T09:00:00Z", "kind": "email"}
         assert api.call("producer", "POST", "/v1/jobs", job)[0] == 201
         assert api.call("reader", "GET", "/v1/jobs/tls1")[1]["job_id"] == "tls1"
