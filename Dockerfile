@@ -3,7 +3,7 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY scheduler ./scheduler
 COPY cql ./cql
-RUN pip install --no-cache-dir ".[console]"
+RUN pip install --no-cache-dir ".[console,api]"
 # The secured override's `schema` service creates the roles with it.
 COPY ops/secure_setup.py ./ops/
 # No USER: the secured override mounts each role's folder as the host made it (files

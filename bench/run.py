@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench import api_enqueue as api_enqueue_bench
 from bench import audit as audit_bench
 from bench import capacity
 from bench import due_now as due_now_bench
@@ -178,6 +179,12 @@ def run_all(args: argparse.Namespace, sizes: Sizes) -> tuple[dict[str, Any], dic
                      r["schedule_many_jobs_per_s"], "Client.schedule_many of the same jobs",
                      "ratio >= 0.8", r["met"], r, ratio=r["ratio"])
 
+    def api_enqueue() -> dict[str, Any]:
+        r = api_enqueue_bench.api_enqueue(args.host, sizes.enqueue_jobs, sizes.enqueue_rounds)
+        return entry(r["api_jobs_per_s"], f"jobs/s (POST /v1/jobs/batch of {r['batch']} jobs, {r['senders']} "
+                     "connections, one API process)", r["schedule_many_jobs_per_s"],
+                     "Client.schedule_many of as many jobs", "ratio >= 0.5", r["met"], r, ratio=r["ratio"])
+
     def due_now() -> dict[str, Any]:
         r = due_now_bench.lateness_due_now(args.host, 1000, sizes.due_now_s)
         return entry(r["fast_path"]["p99_ms"], "ms (p99, jobs due now, 1,000/s)",
@@ -192,6 +199,7 @@ def run_all(args: argparse.Namespace, sizes: Sizes) -> tuple[dict[str, Any], dic
 
     step("enqueue", enqueue)
     step("enqueue_async", enqueue_async)
+    step("api_enqueue", api_enqueue)
     step("lateness_due_now", due_now)
     step("lateness_due_now_cli", due_now_cli)
     step("fire_throughput", fire)

@@ -22,6 +22,8 @@
 | SCHEDULER_ZK_AUTH_FILE / SCHEDULER_ZK_AUTH | (none) | ``user:password`` digest credentials |
 | SCHEDULER_CONSOLE_TOKEN_FILE / SCHEDULER_CONSOLE_TOKEN | (none) | the token that unlocks the console's |
 | | | actions (``scheduler console --allow-actions``); at least 16 characters |
+| SCHEDULER_API_TOKENS_FILE | (none) | ``scheduler api``'s tokens: one ``ROLE TOKEN`` line each, ROLE |
+| | | producer, reader or admin, tokens of at least 16 characters |
 | SCHEDULER_ZK_READERS | (none) | digest ids ``user:base64(sha1(user:password))``, comma- |
 | | | separated, given read-only access to the znodes a poller creates |
 | SCHEDULER_DEBUG | (off) | ``1``: the CLI prints the traceback of an unexpected error |
@@ -147,6 +149,61 @@ def console_token(env: Mapping[str, str] | None = None) -> str | None:
         raise ConfigError(f"the console token must be at least {CONSOLE_TOKEN_MIN} characters; "
                           "make one with: openssl rand -hex 24")
     return token
+
+
+API_TOKEN_MIN = 16
+API_ROLES = ("producer", "reader", "admin")
+
+
+def api_tokens(env: Mapping[str, str] | None = None) -> list[tuple[str, str, int]]:
+    """``(role, token, line number)`` for each ``ROLE TOKEN`` line of the file named by
+    ``SCHEDULER_API_TOKENS_FILE`` (blank lines and ``#`` comments skipped). Raises
+    ``ConfigError`` naming the file and the line for an unset variable, an unreadable
+    file, a line that is not two words, an unknown role, a token shorter than 16
+    characters or not printable ASCII, a token given twice, or no token at all. No
+    message ever holds a word of a line: either word may be a token."""
+    env = os.environ if env is None else env
+    path = env.get("SCHEDULER_API_TOKENS_FILE")
+    if not path:
+        raise ConfigError("set SCHEDULER_API_TOKENS_FILE to a file of `ROLE TOKEN` lines (ROLE: producer, "
+                          "reader or admin; make a token with: openssl rand -hex 24)")
+    where = f"SCHEDULER_API_TOKENS_FILE {path}"
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {where}: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:  # its message holds the bytes: only the line is named
+        bad = data[:exc.start].count(b"\n") + 1
+        raise ConfigError(f"{where}, line {bad}: not UTF-8 text") from None
+    out: list[tuple[str, str, int]] = []
+    seen: dict[str, int] = {}
+    for n, line in enumerate(text.split("\n"), 1):
+        words = line.split()
+        if not words or words[0].startswith("#"):
+            continue
+        if len(words) != 2:
+            raise ConfigError(f"{where}, line {n}: expected two words, `ROLE TOKEN` (a token holds no space)")
+        role, token = words
+        if role not in API_ROLES:
+            raise ConfigError(f"{where}, line {n}: the first word must be a role, producer, reader or "
+                              "admin, then the token")
+        if len(token) < API_TOKEN_MIN:
+            raise ConfigError(f"{where}, line {n}: the token is shorter than {API_TOKEN_MIN} characters; "
+                              "make one with: openssl rand -hex 24")
+        if not all("!" <= c <= "~" for c in token):
+            raise ConfigError(f"{where}, line {n}: the token holds a character that is not printable "
+                              "ASCII (use letters, digits and punctuation)")
+        if token in seen:
+            raise ConfigError(f"{where}, line {n}: the same token as line {seen[token]}; give each "
+                              "token one role")
+        seen[token] = n
+        out.append((role, token, n))
+    if not out:
+        raise ConfigError(f"{where} holds no token: add a line such as `producer <token>`")
+    return out
 
 
 def debug_enabled(env: Mapping[str, str] | None = None) -> bool:

@@ -17,7 +17,7 @@ import typer
 from ..errors import InvalidInput
 from ..fleet.coord import DEFAULT_SESSION_TIMEOUT_S
 from ..settings import Settings
-from . import admin, console, flow, ops, recurring  # noqa: F401  (they register their commands)
+from . import admin, api, console, flow, ops, recurring  # noqa: F401  (they register their commands)
 from .common import (
     DURATION,
     TIME,

@@ -7,6 +7,7 @@ JSON from outside (``--payload``, the lines of ``scheduler load``) is read by
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -35,13 +36,21 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON (JavaScript's, not JSON's)")
 
 
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):  # 1e400: stored as Infinity, which is not JSON
+        raise ValueError(f"number {text[:40]} is too large for a double")
+    return value
+
+
 def loads(text: str | bytes, what: str) -> Any:
     """The JSON value of ``text``; ``InvalidInput`` naming ``what`` for anything that is
     not strict JSON: a syntax error, ``NaN``/``Infinity`` (Python's json takes them,
-    other languages' readers of the payload would not), nesting too deep for the parser,
-    a number of more than 4,300 digits, bytes that are not UTF-8."""
+    other languages' readers of the payload would not), a number too large for a double
+    (``1e400``: it would be written back as ``Infinity``), nesting too deep for the
+    parser, a number of more than 4,300 digits, bytes that are not UTF-8."""
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        return json.loads(text, parse_constant=_no_constant, parse_float=_finite)
     except RecursionError:
         raise InvalidInput(f"{what} is nested too deeply to read as JSON") from None
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors

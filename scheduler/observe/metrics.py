@@ -132,6 +132,27 @@ class PollerMetrics:
             self.checkpoint_lag.remove(str(shard))
 
 
+# Seconds an API request takes, from its first byte read to its response (a batch of
+# thousands of jobs takes a second or more).
+API_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class ApiMetrics:
+    """The metrics of one ``scheduler api`` process. ``route`` is a route's template
+    (``/v1/jobs/{id}``), never a job id: ids can number in the millions."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        r = self.registry = registry or CollectorRegistry()
+        add_process_metrics(r)
+        self.requests = Counter("scheduler_api_requests", "API requests answered, by method, route "
+                                "and status code", ["method", "route", "code"], registry=r)
+        self.duration = Histogram("scheduler_api_request_duration_seconds", "Time to answer an API "
+                                  "request, by method and route", ["method", "route"],
+                                  buckets=API_DURATION_BUCKETS, registry=r)
+        self.jobs = Counter("scheduler_api_jobs", "Jobs in POST /v1/jobs and /v1/jobs/batch, by the "
+                            "status each got (201, 400, 409)", ["status"], registry=r)
+
+
 class MetricsServer:
     """A ``/metrics`` HTTP server running in a thread of its own, and the address it bound."""
 

@@ -17,6 +17,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from ..domain.durations import MAX_S
 from ..domain.effects import Sleep, Steps, call
 from ..domain.flow import DEFAULT_PRIORITY, check_key, check_priority
 from ..domain.model import Status, check_kind, encode_payload
@@ -54,6 +55,8 @@ def _seconds(value: str | int, flag: str, allow_zero: bool = False) -> int:
     if isinstance(value, int) and not isinstance(value, bool):
         if value < 0 or (value == 0 and not allow_zero):
             raise InvalidInput(f"{flag} {value} must be {'at least 0' if allow_zero else 'longer than zero'}")
+        if value > MAX_S:  # as for text: a number past any store's integers would fail the write
+            raise InvalidInput(f"{flag} {value} s is longer than {MAX_S} s (ten years)")
         return value
     if not isinstance(value, str):
         raise InvalidInput(f"{flag} must be a duration such as 30s or a whole number of seconds, "

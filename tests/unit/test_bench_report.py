@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from bench.run import FULL, QUICK, entry, markdown
 
-KEYS = ["enqueue", "enqueue_async", "lateness_due_now", "fire_throughput", "async_handlers", "recurring",
-        "storage_steady_state", "poll_cost_backlog", "poller_rss_backlog", "lateness", "fleet_scaling",
-        "handover", "peer_postgres"]
+KEYS = ["enqueue", "enqueue_async", "api_enqueue", "lateness_due_now", "fire_throughput", "async_handlers",
+        "recurring", "storage_steady_state", "poll_cost_backlog", "poller_rss_backlog", "lateness",
+        "fleet_scaling", "handover", "peer_postgres"]
 
 
 def side(name: str) -> dict[str, object]:

@@ -39,6 +39,7 @@ EXTRA = {
     ("recurring", "create"): ["--every", "5m", "--kind", "k"],
     ("recurring", "update"): ["--every", "5m"],
     ("console",): ["--address", "127.0.0.1:0"],
+    ("api",): ["--address", "127.0.0.1:0"],
     ("dead", "replay"): ["--all"],
 }
 # Options named like durations that are not durations, and why.

@@ -1,5 +1,5 @@
 """docs/operations.md agrees with the code: its metrics table lists exactly the series the
-pollers and the exporter can serve (names as exposed, counters with ``_total``, and their
+pollers, the exporter and the API can serve (names as exposed, counters with ``_total``, and their
 labels), and its Prometheus scrape configuration is one Prometheus accepts, with the job
 name the alert rules select on. Every other page and the README name only metrics the code
 registers, as exposed: a name copied without its ``_total`` is a query that finds
@@ -20,7 +20,7 @@ from scheduler.domain.clock import FakeClock
 from scheduler.observe.audit import AuditReport, PartCount
 from scheduler.observe.exporter import LagExporter
 from scheduler.observe.lag import ShardLag
-from scheduler.observe.metrics import PollerMetrics
+from scheduler.observe.metrics import ApiMetrics, PollerMetrics
 
 ROOT = Path(__file__).parents[2]
 DOC = ROOT / "docs" / "operations.md"
@@ -51,11 +51,11 @@ def documented() -> dict[str, tuple[str, frozenset[str]]]:
 
 
 def registered() -> dict[str, tuple[str, frozenset[str]]]:
-    """Every family a poller's and the exporter's registries can serve, with every
-    optional part switched on: each labelled series written once, an exporter after a
+    """Every family a poller's, the exporter's and the API's registries can serve, with
+    every optional part switched on: each labelled series written once, an exporter after a
     refresh with ZooKeeper, a recurring check and an audit (--audit-interval)."""
-    poller = PollerMetrics()
-    for metric in vars(poller).values():
+    poller, api = PollerMetrics(), ApiMetrics()
+    for metric in [*vars(poller).values(), *vars(api).values()]:
         names = getattr(metric, "_labelnames", ())
         if names:
             metric.labels(*["x"] * len(names))
@@ -65,7 +65,7 @@ def registered() -> dict[str, tuple[str, frozenset[str]]]:
     exporter._recurring = {"active": 1, "paused": 0, "broken": 0}
     exporter._audit = (AuditReport(0, 0, [PartCount(0, 0)]), 0.0, 0.0)
     found: dict[str, tuple[str, frozenset[str]]] = {}
-    for registry in (poller.registry, exporter.registry):
+    for registry in (poller.registry, exporter.registry, api.registry):
         for family in registry.collect():
             name = family.name + "_total" if family.type == "counter" else family.name
             labels = frozenset(k for s in family.samples for k in s.labels if k not in {"le"})

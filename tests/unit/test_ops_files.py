@@ -106,7 +106,7 @@ def ops_default(script: str, variable: str) -> str:
 def test_compose_has_the_whole_topology():
     services = compose()["services"]
     assert set(services) == {"cassandra", "zookeeper", "schema", "poller-1", "poller-2", "poller-3",
-                             "poller-4", "exporter", "console", "prometheus", "grafana"}
+                             "poller-4", "exporter", "console", "api", "api-tokens", "prometheus", "grafana"}
 
 
 def test_compose_servers_match_the_ops_scripts():
@@ -122,7 +122,8 @@ def test_compose_servers_match_the_ops_scripts():
 
 
 def test_compose_commands_are_valid_scheduler_commands():
-    import scheduler.cli.console  # registers its command
+    import scheduler.cli.api  # registers its command
+    import scheduler.cli.console
     import scheduler.cli.ops  # noqa: F401  (registers its commands)
     from scheduler.cli.common import app
     from scheduler.runtime.handlers import load_app
@@ -151,7 +152,7 @@ def test_compose_commands_are_valid_scheduler_commands():
         assert set(svc.get("environment", {})) <= known_env
         Settings.from_env(svc.get("environment", {})).require_store()
         checked += 1
-    assert checked == 7  # schema, four pollers (one with --processes 2), exporter, console
+    assert checked == 8  # schema, four pollers (one with --processes 2), exporter, console, api
 
 
 def test_compose_prometheus_and_grafana_use_the_repo_files():

@@ -173,7 +173,7 @@ def test_each_compose_service_mounts_only_its_own_folder(secure: Path):
     base = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
     # Every scheduler service of the base is secured (none is left on the plain ports).
     assert {n for n, s in base.items() if s.get("image", "").startswith("scheduler")} <= set(services)
-    role_of = {"schema": None, "exporter": "reader", "console": "reader",
+    role_of = {"schema": None, "exporter": "reader", "console": "reader", "api": "app",
                **{n: "app" for n in services if n.startswith("poller-")}}
     for name, svc in services.items():
         volumes = svc["volumes"]

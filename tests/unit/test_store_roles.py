@@ -136,6 +136,7 @@ EFFECT_MODULES: dict[str, tuple[type, ...]] = {
     "producer/occurrences.py": (JobWrites,),
     "producer/recurring.py": (JobReads, Schedules),
     "observe/chains.py": (ScheduleReads,),
+    "api/jobs.py": (JobReads,),  # the ids of a batch already stored, for its 409s
 }
 
 

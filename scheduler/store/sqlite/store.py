@@ -44,6 +44,7 @@ from ..rows import (
     retention_of,
 )
 from .flow import SqliteFlow
+from .opened import OpenedFile
 from .replays import SqliteReplays
 from .schedules import SqliteSchedules
 
@@ -70,6 +71,7 @@ class SqliteStore(SqliteReplays, SqliteSchedules, SqliteFlow, Store):
         self.url = url or f"sqlite:///{path}"
         self.path = path
         target: str = path
+        self._file: OpenedFile | None = None
         if path != ":memory:":
             file = Path(path).expanduser().resolve()
             target = str(file)  # the same file with or without create (~ expanded)
@@ -90,15 +92,28 @@ class SqliteStore(SqliteReplays, SqliteSchedules, SqliteFlow, Store):
             self._db.execute("PRAGMA synchronous=NORMAL")
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"cannot open {self.url}: {exc}") from None
+        if path != ":memory:":
+            try:
+                self._file = OpenedFile(file)
+            except OSError as exc:  # deleted just after the connection opened it
+                self._db.close()
+                raise StoreUnavailable(f"cannot open {self.url}: {exc.strerror or exc}") from None
         self._lock = threading.RLock()
         self._closed = False
         self._next_sweep = 0.0
 
+    def _check_file(self) -> None:
+        """Raise ``StoreUnavailable`` when the store is closed or its file is not at its
+        path (``opened.py``). Caller holds the lock."""
+        if self._closed:
+            raise StoreUnavailable(f"store {self.url} is closed")
+        if self._file is not None:
+            self._file.check(self.url)
+
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
-            if self._closed:
-                raise StoreUnavailable(f"store {self.url} is closed")
+            self._check_file()
             self._sweep()
             self._db.execute("BEGIN IMMEDIATE")
             try:
@@ -122,8 +137,7 @@ class SqliteStore(SqliteReplays, SqliteSchedules, SqliteFlow, Store):
 
     def _all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         with self._lock:
-            if self._closed:
-                raise StoreUnavailable(f"store {self.url} is closed")
+            self._check_file()
             self._sweep()
             try:
                 return self._db.execute(sql, params).fetchall()
