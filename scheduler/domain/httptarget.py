@@ -173,8 +173,9 @@ def parse_target(payload: object) -> Target:
                            f"{type(payload).__name__}")
     unknown = set(payload) - {"url", "method", "headers", "body"}
     if unknown:
-        raise InvalidInput(f"unknown field(s) {', '.join(sorted(map(str, unknown)))[:200]} in the payload of "
-                           f"an {HTTP_KIND} job (url, method, headers, body)")
+        shown = ", ".join(sorted(_show(k) for k in unknown))
+        raise InvalidInput(f"unknown field(s) {shown[:200]} in the payload of an {HTTP_KIND} job "
+                           "(url, method, headers, body)")
     if "url" not in payload:
         raise InvalidInput(f"the payload of an {HTTP_KIND} job needs a url")
     method = payload.get("method", "POST")

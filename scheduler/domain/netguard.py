@@ -100,8 +100,9 @@ def refusal(addr: Address) -> str | None:
     if isinstance(addr, IPv4Address):
         return next((why for net, why in _V4 if addr in net), None)
     inner = carried_ipv4(addr)
-    if inner is not None and (why := refusal(inner)) is not None:
-        return f"{why} (IPv4 {inner} inside IPv6)"
+    if inner is not None:  # judged by where it leads (NAT64 is inside ::/8, reserved otherwise)
+        why = refusal(inner)
+        return None if why is None else f"{why} (IPv4 {inner} inside IPv6)"
     return next((why for net, why in _V6 if addr in net), None)
 
 
