@@ -1,8 +1,8 @@
 """A small HTTP/1.1 receiver on asyncio, for the ``http_targets`` benchmark and the tests
 of HTTP targets: it records every request (arrival time, method, target, headers, body)
-and answers as its ``respond`` function says, after that function's delay, keeping
-connections alive. One thread (or one process: ``python -m bench.receiver``) serves any
-number of slow requests at once.
+and answers as its ``respond`` function says, after that function's delay (a timer, not a
+task), keeping connections alive. One thread (or one process: ``python -m
+bench.receiver``) serves any number of slow requests at once.
 
     .venv/bin/python -m bench.receiver [--port 0] [--delay-ms 50] --out FILE
 
@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import signal
 import ssl
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -59,6 +60,8 @@ class Receiver:
         self._server: asyncio.Server | None = None
         self._thread: threading.Thread | None = None
         self._sni: dict[int, str | None] = {}
+        self.connections: set[_Connection] = set()
+        self.accepted = 0  # connections accepted in all
         if tls is not None:
             tls.sni_callback = self._record_sni
 
@@ -83,18 +86,18 @@ class Receiver:
         return self
 
     async def serve(self, port: int = 0) -> None:
-        self._server = await asyncio.start_server(self._connection, "127.0.0.1", port, ssl=self.tls,
-                                                  backlog=4096)
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: _Connection(self), "127.0.0.1", port, ssl=self.tls, backlog=4096)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def close(self) -> None:
         """Stop listening and end every connection."""
         if self._server is not None:
             self._server.close()
-        tasks = asyncio.all_tasks() - {asyncio.current_task()}
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        for conn in list(self.connections):
+            if conn.transport is not None:
+                conn.transport.close()
+        await asyncio.sleep(0)  # let the transports finish closing
 
     def stop(self) -> None:
         if self._thread is not None:
@@ -108,44 +111,74 @@ class Receiver:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        ssl_object = writer.get_extra_info("ssl_object")
-        sni = self._sni.get(id(ssl_object)) if ssl_object is not None else None
-        try:
-            while True:
-                try:
-                    head = await reader.readuntil(b"\r\n\r\n")
-                except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
-                    return
-                lines = head.decode("latin-1").split("\r\n")
-                method, target, _ = lines[0].split(" ", 2)
-                headers = {}
-                for line in lines[1:]:
-                    if line:
-                        name, _, value = line.partition(":")
-                        headers[name.strip().lower()] = value.strip()
-                body = await reader.readexactly(int(headers.get("content-length", "0")))
-                req = Request(time.time_ns() // 1_000_000, method, target, headers, body, sni)
-                self.requests.append(req)
-                self.in_flight += 1
-                self.most_in_flight = max(self.most_in_flight, self.in_flight)
-                try:
-                    reply = self.respond(req)
-                    if reply.delay_s:
-                        await asyncio.sleep(reply.delay_s)
-                finally:
-                    self.in_flight -= 1
-                extra = "".join(f"{k}: {v}\r\n" for k, v in reply.headers.items())
-                writer.write(f"HTTP/1.1 {reply.status} X\r\nContent-Length: {len(reply.body)}\r\n{extra}\r\n"
-                             .encode("latin-1") + reply.body)
-                await writer.drain()
-                if headers.get("connection", "").lower() == "close":
-                    return
-        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError):
-            return
-        finally:
-            with contextlib.suppress(Exception):
-                writer.close()
+    def sni_of(self, transport: asyncio.BaseTransport) -> str | None:
+        ssl_object = transport.get_extra_info("ssl_object")
+        return None if ssl_object is None else self._sni.get(id(ssl_object))
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection: requests parsed as they arrive (a protocol, not streams:
+    a fraction of the cost per request), each answered after its reply's delay, in order."""
+
+    def __init__(self, receiver: Receiver) -> None:
+        self.receiver = receiver
+        self.buffer = b""
+        self.transport: asyncio.Transport | None = None
+        self.pending: deque[list[Any]] = deque()  # [reply, close after it, ready], in order
+        self.sni: str | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.sni = self.receiver.sni_of(transport)
+        self.receiver.connections.add(self)
+        self.receiver.accepted += 1
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while True:
+            end = self.buffer.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            lines = self.buffer[:end].decode("latin-1").split("\r\n")
+            headers = {}
+            for line in lines[1:]:
+                name, _, value = line.partition(":")
+                headers[name.strip().lower()] = value.strip()
+            size = int(headers.get("content-length", "0"))
+            if len(self.buffer) < end + 4 + size:
+                return
+            body = self.buffer[end + 4:end + 4 + size]
+            self.buffer = self.buffer[end + 4 + size:]
+            method, target, _ = lines[0].split(" ", 2)
+            self._request(Request(time.time_ns() // 1_000_000, method, target, headers, body, self.sni),
+                          headers.get("connection", "").lower() == "close")
+
+    def _request(self, req: Request, close: bool) -> None:
+        rx = self.receiver
+        rx.requests.append(req)
+        rx.in_flight += 1
+        rx.most_in_flight = max(rx.most_in_flight, rx.in_flight)
+        entry: list[Any] = [rx.respond(req), close, False]
+        self.pending.append(entry)
+        asyncio.get_running_loop().call_later(entry[0].delay_s, self._done, entry)
+
+    def _done(self, entry: list[Any]) -> None:
+        self.receiver.in_flight -= 1
+        entry[2] = True
+        # HTTP/1.1 answers in order: write every reply whose turn has come (a client
+        # that does not pipeline has one at a time).
+        while self.pending and self.pending[0][2] and self.transport is not None:
+            reply, close, _ = self.pending.popleft()
+            extra = "".join(f"{k}: {v}\r\n" for k, v in reply.headers.items())
+            self.transport.write(f"HTTP/1.1 {reply.status} X\r\nContent-Length: {len(reply.body)}\r\n"
+                                 f"{extra}\r\n".encode("latin-1") + reply.body)
+            if close:
+                self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self.receiver.connections.discard(self)
 
 
 def main() -> None:
