@@ -13,6 +13,7 @@ built-in handler is a coroutine, so it needs an event loop:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 
 from ..domain.dispatch import App, Outcome
@@ -27,11 +28,19 @@ from .workers import ThreadWorkers
 
 class MixedWorkers(ThreadWorkers):
     """Worker threads for the app's plain handlers (this class is their ``ThreadWorkers``),
-    and an event loop (``on_loop``) for the ``http`` jobs."""
+    and an event loop (``on_loop``) for the ``http`` jobs, made when the poller starts or
+    first fires one (a poller built and never started opens no loop)."""
 
-    def __init__(self, core: Core, app: App, on_loop: AsyncWorkers) -> None:
+    def __init__(self, core: Core, app: App, make_loop: Callable[[], AsyncWorkers]) -> None:
         super().__init__(core, app)
-        self.on_loop = on_loop
+        self._make_loop = make_loop
+        self._loop: AsyncWorkers | None = None
+
+    @property
+    def on_loop(self) -> AsyncWorkers:
+        if self._loop is None:
+            self._loop = self._make_loop()
+        return self._loop
 
     def submit(self, jobs: list[Job]) -> None:
         http = [j for j in jobs if j.kind == HTTP_KIND]
@@ -58,7 +67,8 @@ class MixedWorkers(ThreadWorkers):
 
     def stop(self) -> None:
         super().stop()
-        self.on_loop.stop()
+        if self._loop is not None:
+            self._loop.stop()
 
 
 def make_workers(core: Core, app: App, http: HttpTargets) -> ThreadWorkers | AsyncWorkers | MixedWorkers:
@@ -73,7 +83,10 @@ def make_workers(core: Core, app: App, http: HttpTargets) -> ThreadWorkers | Asy
         workers = AsyncWorkers(core, app.extended({HTTP_KIND: route}), take=take, on_close=http.aclose)
         http.loop = workers.loop
         return workers
-    loop = AsyncWorkers(core, app.extended({HTTP_KIND: route}, alone=True), sets_cap=False,
-                        on_close=http.aclose)
-    http.loop = loop.loop
-    return MixedWorkers(core, app, loop)
+    def make_loop() -> AsyncWorkers:
+        loop = AsyncWorkers(core, app.extended({HTTP_KIND: route}, alone=True), sets_cap=False,
+                            on_close=http.aclose)
+        http.loop = loop.loop
+        return loop
+
+    return MixedWorkers(core, app, make_loop)
