@@ -31,6 +31,7 @@ from bench import enqueue_async as enqueue_async_bench
 from bench import fleet as fleet_bench
 from bench import fleetsim as fleet_sim
 from bench import flow as flow_bench
+from bench import http_targets as http_bench
 from bench import peer as peer_bench
 from bench import poller as poller_bench
 from bench import recurring as recurring_bench
@@ -61,6 +62,8 @@ class Sizes:
     sim_restarts: int = 1000  # fleetsim's rolling restart: how many of the 1,000 members
     audit_jobs: int = 1_000_000
     due_now_cli_batches: int = 20
+    http_jobs: int = 20_000  # http_targets: jobs due at once, then 1,000/s for http_lateness_s
+    http_lateness_s: int = 20
 
 
 QUICK = Sizes(10_000, 2, 1_000_000, 50_000, 3, 10, 15, 8_000, 24, 100_000, 20.0, 10_000, (500, 30, 3),
@@ -236,6 +239,13 @@ def run_all(args: argparse.Namespace, sizes: Sizes) -> tuple[dict[str, Any], dic
     step("rate_limit_accuracy", rate_limit)
     step("flow_control_overhead", flow_overhead)
     step("key_fairness", key_fairness)
+
+    def http_targets() -> dict[str, Any]:
+        r = http_bench.http_targets(args.host, jobs=sizes.http_jobs, seconds=sizes.http_lateness_s)
+        return entry(r["deliveries_per_s"], "deliveries/s (one poller, a receiver answering in 50 ms)", None,
+                     f"p99 lateness at 1,000/s: {r['p99_ms']} ms", r["goal"], r["met"], r)
+
+    step("http_targets", http_targets)
 
     backlog_keys = {"poll_cost_backlog", "poller_rss_backlog", "peer_postgres"}
     if not args.only or backlog_keys & args.only:

@@ -71,6 +71,20 @@ class WriteTimeout(SchedulerError):
         self.maybe_applied = maybe_applied
 
 
+class GiveUp(SchedulerError):
+    """A handler's attempt failed in a way no retry can mend: the job is dead-lettered at
+    once, with this message as its error, whatever attempts its kind has left."""
+
+
+class RetryLater(SchedulerError):
+    """A handler's attempt failed: retried with its kind's backoff, and no sooner than
+    ``delay_s`` seconds from now (a receiver's ``Retry-After``). The message is the error."""
+
+    def __init__(self, message: str | None = None, *, delay_s: float = 0.0) -> None:
+        super().__init__(message)
+        self.delay_s = delay_s
+
+
 class OwnershipLost(SchedulerError):
     """This poller no longer owns the shard; a fenced write was refused."""
 

@@ -26,6 +26,10 @@
 | | | producer, reader or admin, tokens of at least 16 characters |
 | SCHEDULER_ZK_READERS | (none) | digest ids ``user:base64(sha1(user:password))``, comma- |
 | | | separated, given read-only access to the znodes a poller creates |
+| SCHEDULER_HTTP_ALLOW | (none) | HTTP targets: hosts, ``host:port`` pairs and CIDR networks, comma- |
+| | | separated, excepted from the guard against private and loopback addresses |
+| SCHEDULER_HTTP_SIGNING_SECRET_FILE | (none) | pollers: the file holding the secret that signs |
+| | | HTTP targets' requests (at least 16 characters) |
 | SCHEDULER_DEBUG | (off) | ``1``: the CLI prints the traceback of an unexpected error |
 """
 
@@ -33,10 +37,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .domain.address import ADDRESS_FORM, parse_address
 from .domain.model import DEFAULT_MAX_PAYLOAD_BYTES
+from .domain.netguard import AllowList, parse_allow
 from .errors import ConfigError, InvalidInput
 from .security import CassandraSecurity, Secret, TlsConfig, ZkSecurity
 
@@ -206,6 +211,34 @@ def api_tokens(env: Mapping[str, str] | None = None) -> list[tuple[str, str, int
     return out
 
 
+SIGNING_SECRET_MIN = 16
+
+
+def http_allow(env: Mapping[str, str] | None = None) -> AllowList:
+    """``SCHEDULER_HTTP_ALLOW`` (see ``netguard.parse_allow``); empty when unset.
+    ``ConfigError`` names the first bad entry."""
+    raw = (os.environ if env is None else env).get("SCHEDULER_HTTP_ALLOW") or ""
+    try:
+        return parse_allow(raw)
+    except InvalidInput as exc:
+        raise ConfigError(f"SCHEDULER_HTTP_ALLOW: {exc}") from None
+
+
+def http_signing_secret(path: str) -> bytes:
+    """The signing secret of HTTP targets: the text of the file at ``path`` (named by
+    ``SCHEDULER_HTTP_SIGNING_SECRET_FILE``), surrounding whitespace removed, as UTF-8.
+    ``ConfigError`` (never showing any of the file) when it cannot be read, is not UTF-8,
+    or holds fewer than ``SIGNING_SECRET_MIN`` characters."""
+    secret = _secret({"SCHEDULER_HTTP_SIGNING_SECRET_FILE": path}, "SCHEDULER_HTTP_SIGNING_SECRET",
+                     file_first=True) or ""
+    if len(secret) < SIGNING_SECRET_MIN:
+        raise ConfigError(f"the file named by SCHEDULER_HTTP_SIGNING_SECRET_FILE holds "
+                          f"{'nothing' if not secret else 'a secret too short to resist guessing'}: "
+                          f"write one of at least {SIGNING_SECRET_MIN} characters, e.g. the output "
+                          "of: openssl rand -hex 32")
+    return secret.encode("utf-8")
+
+
 def debug_enabled(env: Mapping[str, str] | None = None) -> bool:
     """Whether SCHEDULER_DEBUG asks the CLI for tracebacks (1, true, yes or on). Read
     while an error is being reported, so it never raises."""
@@ -251,6 +284,11 @@ class Settings:
     # whether to send them (``SCHEDULER_NUDGE=off``: no). See scheduler/poller/nudge.py.
     notify_address: str | None = "127.0.0.1:0"
     nudge: bool = True
+    # HTTP targets: the exceptions to the guard (producers check literal hosts against
+    # them, pollers every resolved address), and the file of the pollers' signing secret
+    # (read when a poller starts).
+    http_allow: AllowList = field(default_factory=AllowList)
+    http_signing_secret_file: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -265,6 +303,8 @@ class Settings:
             metrics_address=env.get("SCHEDULER_METRICS_ADDRESS") or "127.0.0.1:9460",
             notify_address=_address(env, "SCHEDULER_NOTIFY_ADDRESS", "127.0.0.1:0"),
             nudge=_switch(env, "SCHEDULER_NUDGE", True),
+            http_allow=http_allow(env),
+            http_signing_secret_file=env.get("SCHEDULER_HTTP_SIGNING_SECRET_FILE") or None,
         )
 
     def require_store(self, override: str | None = None) -> str:

@@ -33,7 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ..errors import ConfigError, InvalidInput
+from ..errors import ConfigError, GiveUp, InvalidInput, RetryLater
+from .httptarget import HTTP_KIND, HTTP_TIMEOUT_S
 from .model import KIND_RE, POISON_KIND, Job, check_kind
 
 Handler = Callable[[Job], Any]
@@ -41,6 +42,8 @@ Handler = Callable[[Job], Any]
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_BACKOFF_BASE_S = 1.0
 DEFAULT_BACKOFF_CAP_S = 3600.0
+# The longest a ``RetryLater`` may put a retry off.
+MAX_RETRY_DELAY_S = 86_400.0
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,14 @@ class RetryPolicy:
         capped, scaled by a jitter factor in [0.5, 1.0] from ``rand`` in [0, 1)."""
         raw = min(self.cap_s, self.base_s * (2 ** (attempt - 1)))
         return int(raw * (0.5 + rand / 2) * 1000)
+
+
+@dataclass(frozen=True)
+class HttpOptions:
+    """The built-in kind ``http``'s retry policy and request timeout."""
+
+    policy: RetryPolicy
+    timeout_s: float
 
 
 @dataclass(frozen=True)
@@ -83,6 +94,7 @@ class App:
         self.default_policy = default_policy or RetryPolicy()
         self.routes: dict[str, Route] = {}
         self.fallback: Route | None = None
+        self.http: HttpOptions | None = None  # the built-in kind's settings (``http_targets``)
         self._resolved: dict[str, Route | str] = {}
 
     def handler(self, kind: str, *, max_attempts: int | None = None,
@@ -92,8 +104,29 @@ class App:
         ``timeout_s``: how long one call may run before it counts as failed. Raises
         ``InvalidInput`` for a ``max_attempts`` that is not an integer of at least 1, a
         backoff that is not a positive number, or a kind no producer can write (a
-        ``ValueError`` too); ``ConfigError`` for a ``timeout_s`` that is not > 0."""
+        ``ValueError`` too); ``ConfigError`` for a ``timeout_s`` that is not > 0.
+        Registering ``http`` replaces the built-in kind (``http_targets``)."""
         check_kind(kind)
+        policy = self._policy(kind, max_attempts, backoff_base_s, backoff_cap_s, timeout_s)
+
+        def register(fn: Handler) -> Handler:
+            self.routes[kind] = Route(fn, policy, timeout_s, is_coroutine_handler(fn))
+            self._resolved.clear()
+            return fn
+
+        return register
+
+    def http_targets(self, *, max_attempts: int | None = None, backoff_base_s: float | None = None,
+                     backoff_cap_s: float | None = None, timeout_s: float | None = None) -> None:
+        """Settings of the built-in kind ``http`` (a job that calls a URL, run by every
+        poller of this app unless it registers its own ``http`` handler): its retries and
+        backoff, as ``handler`` takes them, and ``timeout_s``, the time one request may
+        take (default ``HTTP_TIMEOUT_S``). Raises as ``handler`` does."""
+        policy = self._policy(HTTP_KIND, max_attempts, backoff_base_s, backoff_cap_s, timeout_s)
+        self.http = HttpOptions(policy, HTTP_TIMEOUT_S if timeout_s is None else float(timeout_s))
+
+    def _policy(self, kind: str, max_attempts: int | None, backoff_base_s: float | None,
+                backoff_cap_s: float | None, timeout_s: float | None) -> RetryPolicy:
         if max_attempts is not None and (isinstance(max_attempts, bool) or not isinstance(max_attempts, int)
                                          or max_attempts < 1):
             raise InvalidInput(f"max_attempts={max_attempts!r} for kind {kind!r} must be an integer of at "
@@ -102,18 +135,37 @@ class App:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
                                       or not 0 < value < math.inf):
                 raise InvalidInput(f"{name}={value!r} for kind {kind!r} must be a number of seconds > 0")
-        base = self.default_policy
-        policy = RetryPolicy(base.max_attempts if max_attempts is None else max_attempts,
-                             backoff_base_s or base.base_s, backoff_cap_s or base.cap_s)
-        if timeout_s is not None and timeout_s <= 0:
+        if timeout_s is not None and not timeout_s > 0:
             raise ConfigError(f"timeout_s={timeout_s} for kind {kind!r} must be > 0")
+        base = self.default_policy
+        return RetryPolicy(base.max_attempts if max_attempts is None else max_attempts,
+                           backoff_base_s or base.base_s, backoff_cap_s or base.cap_s)
 
-        def register(fn: Handler) -> Handler:
-            self.routes[kind] = Route(fn, policy, timeout_s, is_coroutine_handler(fn))
-            self._resolved.clear()
-            return fn
+    def http_route(self, handler: Handler) -> Route | None:
+        """The route of the built-in kind ``http`` running ``handler`` (a coroutine
+        function) with this app's ``http_targets`` settings; None when the app has an
+        ``http`` handler of its own."""
+        if HTTP_KIND in self.routes:
+            return None
+        options = self.http_options()
+        return Route(handler, options.policy, options.timeout_s, True)
 
-        return register
+    def http_options(self) -> HttpOptions:
+        """The built-in kind's settings: ``http_targets``', or the app's defaults."""
+        return self.http or HttpOptions(self.default_policy, HTTP_TIMEOUT_S)
+
+    def extended(self, routes: dict[str, Route], *, alone: bool = False) -> App:
+        """A new app with ``routes`` added (the app's own routes for the same kinds win),
+        or (``alone``) with only ``routes``. This app is left as it is."""
+        app = App(self.default_policy)
+        app.http = self.http
+        app.routes = dict(routes) if alone else {**routes, **self.routes}
+        app.fallback = None if alone else self.fallback
+        return app
+
+    def has_handlers(self) -> bool:
+        """Whether the app has a handler of its own (a route, or one for every kind)."""
+        return bool(self.routes) or self.fallback is not None
 
     def route(self, kind: str) -> Route | None:
         return self.routes.get(kind, self.fallback)
@@ -192,14 +244,15 @@ class Outcome(NamedTuple):
 
 
 def failed(route: Route, job: Job, error: str, started_ms: int, now_ms: int,
-           rand: Callable[[], float], exc: BaseException | None = None) -> Outcome:
-    """A failed attempt: retried after the kind's backoff, or dead after its last attempt."""
+           rand: Callable[[], float], exc: BaseException | None = None, not_before_ms: int = 0) -> Outcome:
+    """A failed attempt: retried after the kind's backoff (and no sooner than
+    ``not_before_ms`` from now), or dead after its last attempt."""
     error = error[:2000]
     attempt = job.attempt
     if attempt >= route.policy.max_attempts:
         return Outcome(job, False, error, None, True, started_ms, exc=exc)
-    return Outcome(job, False, error, now_ms + route.policy.delay_ms(attempt, rand()), False, started_ms,
-                   exc=exc)
+    delay = max(route.policy.delay_ms(attempt, rand()), not_before_ms)
+    return Outcome(job, False, error, now_ms + delay, False, started_ms, exc=exc)
 
 
 def error_of(job: Job, exc: BaseException) -> tuple[str, bool]:
@@ -260,7 +313,15 @@ def clear_locals(exc: BaseException) -> None:
 
 def failure(route: Route, job: Job, exc: BaseException, started_ms: int, now_ms: int,
             rand: Callable[[], float]) -> Outcome:
-    """The outcome of a handler that raised ``exc``."""
+    """The outcome of a handler that raised ``exc``: ``GiveUp`` is dead at once, and
+    ``RetryLater`` waits at least its delay; their messages are the error as it is."""
+    if isinstance(exc, GiveUp | RetryLater):
+        clear_locals(exc)
+        if isinstance(exc, GiveUp):
+            return Outcome(job, False, str(exc)[:2000], None, True, started_ms, exc=exc)
+        delay = exc.delay_s if isinstance(exc.delay_s, int | float) and exc.delay_s > 0 else 0
+        return failed(route, job, str(exc), started_ms, now_ms, rand, exc,
+                      not_before_ms=int(min(delay, MAX_RETRY_DELAY_S) * 1000))
     error, poison = error_of(job, exc)
     clear_locals(exc)
     if poison:

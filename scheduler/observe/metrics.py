@@ -24,6 +24,7 @@ from ..errors import ConfigError
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
+HTTP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
 
 
@@ -122,6 +123,14 @@ class PollerMetrics:
                                        "Queued rows dropped before dispatch because a producer "
                                        "retired them (moved or cancelled), as the store confirmed",
                                        registry=r)
+        self.http_requests = Counter("scheduler_http_requests",
+                                     "Requests of HTTP targets (the kind http), by the class of their "
+                                     "status: 2xx, 3xx, 4xx, 5xx, or error (no response)", ["code_class"],
+                                     registry=r)
+        self.http_seconds = Histogram("scheduler_http_request_seconds",
+                                      "HTTP targets: from a request's start (its name resolved and its "
+                                      "address checked included) to its response, or its failure",
+                                      buckets=HTTP_BUCKETS, registry=r)
         self.stepped_out = Gauge("scheduler_fleet_stepped_out",
                                  "1 while this poller has left the fleet because the store fails",
                                  registry=r)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from ..domain.dispatch import App, Outcome, Route, failed, failure, refused
 from ..domain.model import OCCURRENCE_PREFIX, Job
@@ -25,12 +25,17 @@ from .shared import Core
 
 
 class AsyncWorkers:
-    def __init__(self, core: Core, app: App, *, take: Callable[[], list[Job]] | None = None) -> None:
+    def __init__(self, core: Core, app: App, *, take: Callable[[], list[Job]] | None = None,
+                 sets_cap: bool = True, on_close: Callable[[], Awaitable[None]] | None = None) -> None:
         """``take``: the dispatcher's ``due_jobs`` for this core (None: the loop waits
-        for the dispatcher to hand jobs over)."""
+        for the dispatcher to hand jobs over). ``sets_cap``: the in-flight cap is this
+        loop's concurrency (False: beside worker threads, the poller's cap stands).
+        ``on_close``: awaited on the loop once its handlers are done, before it closes."""
         self.core, self.app = core, app
         self.size = core.config.concurrency
-        core.flight.cap = self.size
+        if sets_cap:
+            core.flight.cap = self.size
+        self.on_close = on_close
         # The loop takes the next due jobs itself once handlers finish, without a round
         # trip through the dispatcher's thread (measured: 100-200 ms per refill with
         # 5,000 handlers, 10% of the rate).
@@ -96,6 +101,8 @@ class AsyncWorkers:
                 task.cancel()
             if tasks:
                 self.loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+            if self.on_close is not None:
+                self.loop.run_until_complete(self.on_close())
             self.loop.close()
 
     def stop(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..domain.netguard import AllowList
 from ..store import StoreMeta
 
 __all__ = ["PollerConfig", "PollerStats", "max_prefetch_ms"]
@@ -50,6 +51,11 @@ class PollerConfig:
     # any free one; None: no fast path, such jobs fire at now + late margin). The bound
     # address is advertised in the store. See nudge.py.
     notify_address: str | None = "127.0.0.1:0"
+    # HTTP targets (the built-in kind ``http``): the exceptions to the guard against
+    # private and loopback addresses. None: ``run_poller`` fills it from its ``Settings``
+    # (SCHEDULER_HTTP_ALLOW); a poller built without one excepts nothing. (The signing
+    # secret is an argument of ``Poller``, never a field here: a config may be printed.)
+    http_allow: AllowList | None = None
 
 
 def max_prefetch_ms(meta: StoreMeta) -> int:

@@ -32,12 +32,12 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from functools import partial
 from typing import Protocol
 
 from ..domain.clock import Clock, SystemClock
 from ..domain.dispatch import App, Outcome
 from ..domain.model import Job
+from ..domain.netguard import AllowList
 from ..domain.progress import ShardProgress
 from ..errors import SchedulerError
 from ..observe.faults import FaultLog
@@ -46,8 +46,10 @@ from ..producer.wire import Entry
 from ..store.roles import Checkpoints, Meta, Ownership
 from .aio import AsyncWorkers
 from .config import PollerConfig, PollerStats
-from .dispatcher import Dispatcher, due_jobs
+from .dispatcher import Dispatcher
 from .flow import FlowControl
+from .httptargets import HttpTargets
+from .mixed import MixedWorkers, make_workers
 from .nudge import Nudges
 from .occurrences import Occurrences
 from .reader import Reader
@@ -65,8 +67,10 @@ class _Owner(Meta, Checkpoints, Ownership, Protocol):
 class Poller:
     def __init__(self, store: PollerStore, app: App, *, clock: Clock | None = None,
                  config: PollerConfig | None = None, name: str | None = None,
-                 metrics: PollerMetrics | None = None) -> None:
-        """Raises ``ConfigError`` for an app that mixes coroutine and plain handlers."""
+                 metrics: PollerMetrics | None = None, signing_secret: bytes | None = None) -> None:
+        """``signing_secret``: the key that signs the requests of HTTP targets (None:
+        their jobs fail, saying how to set one). Raises ``ConfigError`` for an app that
+        mixes coroutine and plain handlers."""
         self.store: PollerStore = store
         self.app = app
         # Its own calls go through the narrower view (mypy holds it to that).
@@ -76,7 +80,6 @@ class Poller:
         self.name = name or f"poller-{uuid.uuid4().hex[:8]}"
         self.metrics = metrics or PollerMetrics()
         self.meta = self._store.meta()
-        is_async = app.is_async()
         self.failed = threading.Event()
         core = self.core = Core(store, self.clock, self.config, self.name, self.metrics, self.meta,
                                 gates=Occurrences, on_failure=self._on_failure)
@@ -84,9 +87,15 @@ class Poller:
         assert isinstance(core.gates, Occurrences)
         self.occurrences = core.gates
         self.reader = Reader(core, on_lost=self.lose, on_rows=self.occurrences.write_successors)
+        # The built-in kind http (unless the app has its own handler for it).
+        config = self.config
+        self.http = HttpTargets(
+            allow=config.http_allow or AllowList(), secret=signing_secret, metrics=self.metrics,
+            clock=self.clock,
+            timeout_s=app.http_options().timeout_s,
+            max_connections=config.concurrency + config.queue_ahead)
         # An async app's loop takes the next due jobs itself (see aio.py).
-        self.workers: ThreadWorkers | AsyncWorkers = (AsyncWorkers(core, app, take=partial(due_jobs, core))
-                                                      if is_async else ThreadWorkers(core, app))
+        self.workers: ThreadWorkers | AsyncWorkers | MixedWorkers = make_workers(core, app, self.http)
         self.dispatcher = Dispatcher(core, self.workers)
         self.recorder = Recorder(core)
         self.flow = FlowControl(core)

@@ -19,7 +19,7 @@ from ..domain.dispatch import Outcome
 from ..domain.keys import bucket_of_ms, from_ms, shard_key
 from ..domain.model import OCCURRENCE_PREFIX, Job
 from ..domain.progress import Key
-from ..errors import SchedulerError
+from ..errors import GiveUp, RetryLater, SchedulerError
 from ..observe.faults import Backoff
 from ..observe.logdigest import LogDigest, summary_text
 from ..store.base import PartRange
@@ -208,8 +208,10 @@ class Recorder:
             f"retry at {from_ms(o.retry_at_ms).isoformat()}" if o.retry_at_ms is not None else "retried")
         exc = o.exc
         kind = job.kind if len(job.kind) <= 80 else job.kind[:80] + "..."  # a poison row's
+        # A GiveUp or RetryLater says all in its message (an HTTP target's status): no traceback.
+        trace = admit.first and exc is not None and not isinstance(exc, GiveUp | RetryLater)
         log.warning("job %s (%s) attempt %d failed: %s; %s", job.job_id, kind, job.attempt, error, then,
-                    exc_info=(type(exc), exc, exc.__traceback__) if admit.first and exc is not None else None,
+                    exc_info=(type(exc), exc, exc.__traceback__) if trace and exc is not None else None,
                     extra={"action": "job_dead" if o.dead else "job_attempt_failed", "job_id": job.job_id,
                            "kind": kind, "attempt": job.attempt, "error_type": error_type})
 

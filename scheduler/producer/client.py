@@ -51,7 +51,8 @@ def open_producer(store: Store | str | None, clock: Clock | None, settings: Sett
             max_payload_bytes=max_payload_bytes or settings.max_payload_bytes,
             layout_cache_ttl_s=(settings.layout_cache_ttl_s if layout_cache_ttl_s is None
                                 else layout_cache_ttl_s),
-            retry_s=retry_s, bucket_width_s=bucket_width_s, nudge=settings.nudge)
+            retry_s=retry_s, bucket_width_s=bucket_width_s, nudge=settings.nudge,
+            http_allow=settings.http_allow)
     except BaseException:
         if owns:
             st.close()

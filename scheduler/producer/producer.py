@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 from ..domain.clock import Clock
 from ..domain.effects import Sleep, Steps, call
 from ..domain.flow import check_key, check_priority
+from ..domain.httptarget import HTTP_KIND, check_schedulable
 from ..domain.jobspec import JobSpec, spec_from_dict
 from ..domain.keys import bucket_of_ms, jitter_ms, shard_key
 from ..domain.layout import Layout, Layouts, check_resize, mark_end_for
@@ -39,6 +40,7 @@ from ..domain.model import (
     check_stored_id,
     encode_payload,
 )
+from ..domain.netguard import AllowList
 from ..domain.retention import check_expiry, format_duration
 from ..errors import (
     ConfigError,
@@ -80,7 +82,8 @@ class Producer:
 
     def __init__(self, meta: StoreMeta, clock: Clock, *, max_payload_bytes: int,
                  layout_cache_ttl_s: float, retry_s: float, bucket_width_s: int | None = None,
-                 nudge: bool = True) -> None:
+                 nudge: bool = True, http_allow: AllowList | None = None) -> None:
+        """``http_allow``: the exceptions to the guard of HTTP targets (none: nothing)."""
         if bucket_width_s is not None and bucket_width_s != meta.bucket_width_s:
             raise ConfigError(
                 f"this client is configured for {bucket_width_s}s buckets but the store uses "
@@ -91,6 +94,7 @@ class Producer:
         self.max_payload_bytes = max_payload_bytes
         self.layout_cache_ttl_s = layout_cache_ttl_s
         self.retry_s = retry_s
+        self.http_allow = http_allow or AllowList()
         self._lock = threading.Lock()
         self._layouts: Layouts | None = None
         self._layouts_at = 0.0
@@ -140,6 +144,8 @@ class Producer:
         """``spec`` validated, as ``place``'s arguments; raises ``InvalidInput``. Pure."""
         job_id = check_job_id(spec.job_id)
         kind = check_kind(spec.kind)
+        if kind == HTTP_KIND:
+            check_schedulable(spec.payload, self.http_allow)
         due_ms = check_due(spec.due_at)
         if not 0 <= spec.jitter_s <= MAX_JITTER_S:
             raise InvalidInput(f"jitter must be between 0 and {MAX_JITTER_S} seconds, got {spec.jitter_s}")

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from ..domain.durations import MAX_S
 from ..domain.effects import Sleep, Steps, call
 from ..domain.flow import DEFAULT_PRIORITY, check_key, check_priority
+from ..domain.httptarget import HTTP_KIND, check_schedulable
+from ..domain.jobspec import loads
 from ..domain.model import Status, check_kind, encode_payload
 from ..errors import InvalidInput, ScheduleConflict, ScheduleNotFound
 from ..recurring import chain
@@ -102,6 +104,11 @@ class RecurringOps:
             data, is_json = (base.payload, base.payload_json) if base else (b"null", True)
         else:
             data, is_json = encode_payload(payload, self.producer.max_payload_bytes)
+
+        if kind == HTTP_KIND:
+            check_schedulable(payload if payload is not _UNSET else
+                              (loads(data, "the schedule's payload") if is_json else data),
+                              self.producer.http_allow)
 
         def pick(value: Any, attr: str, default: Any) -> Any:
             return (getattr(base, attr) if base else default) if value is _UNSET else value

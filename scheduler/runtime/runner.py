@@ -29,7 +29,7 @@ from ..errors import InvalidInput
 from ..fleet.coord import DEFAULT_SESSION_TIMEOUT_S, Coordinator, open_coordinator
 from ..observe.metrics import PollerMetrics, serve
 from ..poller import Poller, PollerConfig
-from ..settings import Settings, cassandra_security
+from ..settings import Settings, cassandra_security, http_signing_secret
 from ..store import Store, open_store
 from .member import Fleet
 
@@ -97,6 +97,9 @@ def _start(app: App, settings: Settings, store: Store | str | None, shards: Iter
     A store given as an object is the caller's to close; a coordinator given as an object
     is stopped only by the fleet's stop, once a fleet was made with it (as on a planned
     stop)."""
+    # Read first: a secret file that cannot be used stops the start before anything opens.
+    secret = (None if settings.http_signing_secret_file is None
+              else http_signing_secret(settings.http_signing_secret_file))
     if isinstance(store, Store):
         st = store
     else:
@@ -123,7 +126,7 @@ def _start(app: App, settings: Settings, store: Store | str | None, shards: Iter
         # SIGTERM while it stops gracefully must not end the process.
         for sig in (signal.SIGTERM, signal.SIGINT):
             opened.callback(signal.signal, sig, signal.signal(sig, lambda *_: stop.set()))
-    poller = Poller(st, app, name=name, metrics=metrics, config=config)
+    poller = Poller(st, app, name=name, metrics=metrics, config=config, signing_secret=secret)
     opened.callback(poller.stop)  # also when its start fails half-way; after the fleet's, a no-op
     if coord is None:
         poller.start(fixed or ())
@@ -142,12 +145,14 @@ def _start(app: App, settings: Settings, store: Store | str | None, shards: Iter
 def with_settings(config: PollerConfig, settings: Settings) -> PollerConfig:
     """``config`` with the producer settings it leaves unset (None) taken from
     ``settings``: the poller writes occurrences as the process's producers write jobs
-    (the same layout cache age and nudges). Those it sets are kept."""
+    (the same layout cache age and nudges), and guards HTTP targets with the process's
+    allow list. Those it sets are kept."""
     return dataclasses.replace(
         config,
         layout_cache_ttl_s=(settings.layout_cache_ttl_s if config.layout_cache_ttl_s is None
                             else config.layout_cache_ttl_s),
-        nudge=settings.nudge if config.nudge is None else config.nudge)
+        nudge=settings.nudge if config.nudge is None else config.nudge,
+        http_allow=settings.http_allow if config.http_allow is None else config.http_allow)
 
 
 def _stop_unless_fleet(coord: Coordinator, fleet: Callable[[], Fleet | None]) -> None:

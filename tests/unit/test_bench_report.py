@@ -7,7 +7,7 @@ from bench.run import FULL, QUICK, entry, markdown
 
 KEYS = ["enqueue", "enqueue_async", "api_enqueue", "lateness_due_now", "fire_throughput", "async_handlers",
         "recurring", "storage_steady_state", "poll_cost_backlog", "poller_rss_backlog", "lateness",
-        "fleet_scaling", "handover", "peer_postgres"]
+        "fleet_scaling", "handover", "peer_postgres", "http_targets"]
 
 
 def side(name: str) -> dict[str, object]:

@@ -1,0 +1,190 @@
+"""The connection pool of HTTP targets (``scheduler.poller.httppool``) against local
+servers: connections kept alive and reused, never more open than the bound, a kept-alive
+connection the server closed replaced without a failure, bodies drained up to a bound,
+responses framed every way HTTP/1.1 allows, and broken ones failing as httpx's errors."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from bench.receiver import Receiver, Reply
+from scheduler.domain.netguard import parse_allow
+from scheduler.poller.httppool import Connector, Pool, TargetRefused
+
+ALLOW = parse_allow("127.0.0.0/8")
+
+
+def pool(max_connections: int = 8) -> Pool:
+    return Pool(Connector(ALLOW), max_connections)
+
+
+async def get(p: Pool, port: int, path: str = "/", method: str = "POST", body: bytes = b"x") -> Any:
+    url = httpx.URL(f"http://127.0.0.1:{port}{path}")
+    headers = [("Host", f"127.0.0.1:{port}")] + ([("Content-Length", str(len(body)))] if body else [])
+    return await p.request(method, url, headers, body, keep=200, most=64 * 1024)
+
+
+def test_sequential_requests_share_one_kept_alive_connection():
+    async def main(port: int) -> None:
+        p = pool()
+        for _ in range(5):
+            reply = await get(p, port)
+            assert (reply.status, reply.head) == (200, b"ok")
+        reply = await get(p, port, method="HEAD", body=b"")
+        assert reply.status == 200 and reply.head == b""
+        await p.aclose()
+
+    with Receiver() as rx:
+        asyncio.run(main(rx.port))
+    assert rx.accepted == 1 and len(rx.requests) == 6
+
+
+def test_no_more_connections_than_the_bound_however_many_requests_wait():
+    async def main(port: int) -> None:
+        p = pool(max_connections=4)
+        replies = await asyncio.gather(*(get(p, port, f"/{i}") for i in range(40)))
+        assert all(r.status == 200 for r in replies)
+        await p.aclose()
+
+    with Receiver(lambda req: Reply(delay_s=0.05)) as rx:
+        asyncio.run(main(rx.port))
+    assert rx.accepted == 4 and rx.most_in_flight == 4 and len(rx.requests) == 40
+
+
+def test_a_cancelled_request_frees_its_connection():
+    async def main(port: int) -> None:
+        p = pool(max_connections=1)
+        slow = asyncio.ensure_future(get(p, port, "/slow"))
+        waiting = asyncio.ensure_future(get(p, port, "/next"))
+        await asyncio.sleep(0.2)
+        slow.cancel()
+        assert (await waiting).status == 200
+        await p.aclose()
+
+    with Receiver(lambda req: Reply(delay_s=30 if req.target == "/slow" else 0)) as rx:
+        asyncio.run(asyncio.wait_for(main(rx.port), 10))
+
+
+Serve = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+def raw_server(serve: Serve, test: Callable[[int], Awaitable[None]]) -> None:
+    """Run ``test(port)`` against a server answering with ``serve`` per connection."""
+    async def main() -> None:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        try:
+            await test(server.sockets[0].getsockname()[1])
+        finally:
+            server.close()
+    asyncio.run(asyncio.wait_for(main(), 20))
+
+
+async def read_request(reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    lengths = [int(line.split(b":")[1]) for line in head.split(b"\r\n")
+               if line.lower().startswith(b"content-length")]
+    size = lengths[0] if lengths else 0
+    return head + await reader.readexactly(size)
+
+
+def test_a_kept_alive_connection_the_server_closed_is_replaced_without_a_failure():
+    """The server answers a connection's first request, then drops it on the next one
+    without a word (an idle timeout racing the request): the request goes again, once,
+    on a new connection."""
+    connections = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(writer)
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        await read_request(reader)
+        writer.close()
+
+    async def test(port: int) -> None:
+        p = pool()
+        assert (await get(p, port)).status == 200
+        assert (await get(p, port)).status == 200
+        await p.aclose()
+
+    raw_server(serve, test)
+    assert len(connections) == 2
+
+
+@pytest.mark.parametrize("response,head", [
+    (b"HTTP/1.1 500 X\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n", b"abcde"),
+    (b"HTTP/1.1 404 X\r\nConnection: close\r\n\r\nuntil the end", b"until the end"),
+    (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 X\r\nContent-Length: 1\r\n\r\nz", b"z"),
+    (b"HTTP/1.0 200 X\r\n\r\nold", b"old"),
+])
+def test_responses_framed_every_way(response, head):
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(response)
+        await writer.drain()
+        writer.close()
+
+    async def test(port: int) -> None:
+        p = pool()
+        reply = await get(p, port)
+        assert reply.head == head
+        await p.aclose()
+
+    raw_server(serve, test)
+
+
+def test_a_long_body_is_drained_up_to_its_bound_and_only_its_start_kept():
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 502 X\r\nContent-Length: 10000000\r\n\r\n" + b"y" * 200_000)
+        await writer.drain()
+        await asyncio.sleep(5)  # the rest never comes: the client must not wait for it
+
+    async def test(port: int) -> None:
+        p = pool()
+        reply = await asyncio.wait_for(get(p, port), 3)
+        assert reply.status == 502 and reply.head == b"y" * 200
+        await p.aclose()
+
+    raw_server(serve, test)
+
+
+@pytest.mark.parametrize("response,error", [
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nab", httpx.RemoteProtocolError),
+    (b"garbage\r\n\r\n", httpx.RemoteProtocolError),
+    (b"", httpx.RemoteProtocolError),
+    (b"HTTP/1.1 200 OK\r\n" + b"X-Long: " + b"a" * 70_000 + b"\r\n\r\n", httpx.RemoteProtocolError),
+])
+def test_a_broken_response_fails_as_an_httpx_error(response, error):
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(response)
+        await writer.drain()
+        writer.close()
+
+    async def test(port: int) -> None:
+        p = pool()
+        with pytest.raises(error):
+            await get(p, port)
+        await p.aclose()
+
+    raw_server(serve, test)
+
+
+def test_a_refused_port_is_a_connect_error_and_a_refused_address_never_connects():
+    async def main() -> None:
+        p = pool()
+        with pytest.raises(httpx.ConnectError):
+            await get(p, 1)
+        strict = Pool(Connector(parse_allow("")), 2)
+        with pytest.raises(TargetRefused, match=r"127\.0\.0\.1 \(loopback\) is refused"):
+            await get(strict, 1)
+        assert strict._open == 0 and p._open == 0
+
+    asyncio.run(main())
+
