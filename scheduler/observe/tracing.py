@@ -35,17 +35,17 @@ from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from ..domain.dispatch import Outcome
 from ..domain.model import Job
-from ..domain.traceparent import format_traceparent, parse_stored, parse_traceparent
+from ..domain.traceparent import format_traceparent, parse_traceparent
 from ..settings import TracingSettings, tracing_settings
+from .attempts import ATTEMPT_SPAN, Attempts, AttemptSpan, text
+
+__all__ = ["ATTEMPT_SPAN", "AttemptSpan", "Attempts", "TraceparentMiddleware", "active", "attempts", "flush",
+           "incoming", "install", "outgoing_traceparent", "producer_span", "setup", "shutdown"]
 
 log = logging.getLogger("scheduler.tracing")
 
 TRACER_NAME = "scheduler"
-ATTEMPT_SPAN = "scheduler.attempt"
-# A handler's error text on an attempt's span is cut as the recorder's log line cuts it.
-ERROR_CHARS = 300
 
 
 class _On:
@@ -230,23 +230,17 @@ def producer_span(name: str, job_id: object = None,
     return _producer(on, name, job_id, kind)
 
 
-def _text(value: str, limit: int = 512) -> str:
-    """``value`` as an attribute can carry it: cut, and a lone surrogate (which UTF-8
-    cannot encode: the exporter would drop the whole batch) replaced."""
-    return value[:limit].encode("utf-8", "replace").decode("utf-8")
-
-
 @contextmanager
 def _producer(on: _On, name: str, job_id: object, kind: object) -> Any:
-    attributes = {k: _text(v) for k, v in (("scheduler.job.id", job_id), ("scheduler.job.kind", kind))
+    attributes = {k: text(v) for k, v in (("scheduler.job.id", job_id), ("scheduler.job.kind", kind))
                   if isinstance(v, str)}
     span = on.tracer.start_span(name, kind=on.producer_kind, attributes=attributes)
     token = on.context.attach(on.trace.set_span_in_context(span))
     try:
         yield on.traceparent(span)
     except BaseException as exc:
-        span.set_attribute("error.type", _text(type(exc).__name__))
-        span.set_status(on.error, _text(type(exc).__name__))
+        span.set_attribute("error.type", text(type(exc).__name__))
+        span.set_status(on.error, text(type(exc).__name__))
         raise
     finally:
         on.context.detach(token)
@@ -314,74 +308,6 @@ def outgoing_traceparent(job: Job | None = None) -> str | None:
 
 
 # --- pollers ---------------------------------------------------------------------------------
-
-
-class AttemptSpan:
-    """One attempt's span, current in the thread or task that called ``Attempts.start``
-    until ``leave``. ``end`` records the outcome once (the first call wins: a handler
-    that returns after the watchdog timed it out does not overwrite the recorded
-    timeout)."""
-
-    __slots__ = ("_on", "_span", "_token", "job")
-
-    def __init__(self, on: _On, span: Any, token: Any, job: Job) -> None:
-        self._on, self._span, self._token, self.job = on, span, token, job
-
-    def end(self, outcome: Outcome | None) -> None:
-        """Record ``outcome`` (None: the attempt did not finish, the poller stopping) and
-        end the span; later calls do nothing. Any thread may call it."""
-        span, self._span = self._span, None
-        if span is None:
-            return
-        if outcome is not None:
-            span.set_attribute("scheduler.job.lateness_ms", max(0, outcome.started_ms - self.job.due_ms))
-            span.set_attribute("scheduler.job.outcome", outcome_word(outcome))
-            if not outcome.ok:
-                span.set_attribute("error.type", _text(outcome.error_type))
-                span.set_attribute("scheduler.job.error", _text(outcome.error or "", ERROR_CHARS))
-                span.set_status(self._on.error, _text(outcome.error_type))
-        else:
-            span.set_attribute("scheduler.job.outcome", "interrupted")
-        span.end()
-
-    def leave(self) -> None:
-        """Stop being the current span (in the thread or task that started it)."""
-        token, self._token = self._token, None
-        if token is not None:
-            self._on.context.detach(token)
-
-    def finish(self, outcome: Outcome | None) -> None:
-        self.end(outcome)
-        self.leave()
-
-
-def outcome_word(outcome: Outcome) -> str:
-    """``fired``, ``retry``, ``dead``, or for an occurrence that did not run its reason."""
-    if outcome.ok:
-        return "fired"
-    if outcome.skip is not None:
-        return outcome.skip
-    return "dead" if outcome.dead else "retry"
-
-
-class Attempts:
-    """Starts the span of each attempt a poller makes (kind CONSUMER), the child of the
-    span whose ``traceparent`` the job stored, or a root span when it stored none."""
-
-    def __init__(self, on: _On) -> None:
-        self._on = on
-
-    def start(self, job: Job) -> AttemptSpan:
-        """Start ``job``'s attempt span and make it current here; never raises for a job's
-        content (a stored traceparent was checked when read)."""
-        on = self._on
-        ids = None if job.traceparent is None else parse_stored(job.traceparent)
-        parent = on.context.Context() if ids is None else on.remote(*ids)
-        span = on.tracer.start_span(ATTEMPT_SPAN, context=parent, kind=on.consumer_kind, attributes={
-            "scheduler.job.id": _text(job.job_id), "scheduler.job.kind": _text(job.kind),
-            "scheduler.job.attempt": job.attempt})
-        token = on.context.attach(on.trace.set_span_in_context(span, parent))
-        return AttemptSpan(on, span, token, job)
 
 
 def attempts() -> Attempts | None:

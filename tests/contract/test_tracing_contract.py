@@ -22,13 +22,16 @@ from opentelemetry.trace import SpanKind, StatusCode
 from scheduler import App, AsyncClient, Client, Job, JobSpec
 from scheduler.domain.clock import FakeClock
 from scheduler.domain.traceparent import parse_stored
+from scheduler.errors import SchemaError
 from scheduler.observe import tracing
 from scheduler.poller import Poller, PollerConfig
 from scheduler.poller.workers import ThreadWorkers
 from scheduler.settings import Settings
 from scheduler.store import SchemaOptions, Store
+from scheduler.store.base import SCHEMA_VERSION
 from tests.conftest import make_store
 from tests.contract.test_poller_contract import T0, T0_MS, drive, make_poller
+from tests.contract.test_priority_key_contract import SHARDS, _write_v006_rows
 
 INCOMING = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
@@ -81,8 +84,8 @@ def traceparent_of(span: Any) -> str:
     return f"00-{sc.trace_id:032x}-{sc.span_id:016x}-{int(sc.trace_flags):02x}"
 
 
-def assert_child(child: ReadableSpan, parent_tp: str) -> None:
-    ids = parse_stored(parent_tp)
+def assert_child(child: ReadableSpan, parent_tp: str | None) -> None:
+    ids = None if parent_tp is None else parse_stored(parent_tp)
     assert ids is not None and child.parent is not None
     assert (child.context.trace_id, child.parent.span_id) == (ids.trace_id, ids.span_id)
     assert child.parent.is_remote  # read back from the store, not a span of this process
@@ -104,7 +107,7 @@ def test_the_producers_span_is_stored_and_each_attempt_is_its_child(live_store, 
     assert produced.kind is SpanKind.PRODUCER and produced.parent is not None
     assert produced.parent.span_id == request.get_span_context().span_id
     assert dict(produced.attributes or {}) == {"scheduler.job.id": "t1", "scheduler.job.kind": "email"}
-    assert job.traceparent == traceparent_of(produced) == live_store.get("t1").traceparent  # type: ignore[union-attr]
+    assert job.traceparent == traceparent_of(produced) == live_store.get("t1").traceparent
 
     poller = Poller(live_store, app, config=PollerConfig(check_clock=False))
     poller.start(range(4), epoch=1)
@@ -113,15 +116,15 @@ def test_the_producers_span_is_stored_and_each_attempt_is_its_child(live_store, 
     finally:
         poller.stop()
     [attempt] = named(exporter, tracing.ATTEMPT_SPAN)
-    assert_child(attempt, job.traceparent)  # type: ignore[arg-type]
+    assert_child(attempt, job.traceparent)
     assert attempt.kind is SpanKind.CONSUMER
-    attrs = dict(attempt.attributes or {})
+    attrs: dict[str, Any] = dict(attempt.attributes or {})
     assert {k: attrs[k] for k in ("scheduler.job.id", "scheduler.job.kind", "scheduler.job.attempt",
                                   "scheduler.job.outcome")} == {
         "scheduler.job.id": "t1", "scheduler.job.kind": "email", "scheduler.job.attempt": 1,
         "scheduler.job.outcome": "fired"}
     # Due now, so placed a late margin ahead: it started about that late.
-    assert 2_000 <= int(attrs["scheduler.job.lateness_ms"]) < 20_000  # type: ignore[call-overload]
+    assert 2_000 <= int(attrs["scheduler.job.lateness_ms"]) < 20_000
     # A request the handler makes (an HTTP target) carries the attempt's span.
     assert seen["t1"] == traceparent_of(attempt)
     client.close()
@@ -140,7 +143,7 @@ def test_retries_and_the_dead_attempt_are_children_of_the_same_producer_span(pst
     assert job.traceparent is not None
     drive(make_poller(pstore, clock, None, app=app), clock, 30)
     attempts = sorted(named(exporter, tracing.ATTEMPT_SPAN),
-                      key=lambda s: s.attributes["scheduler.job.attempt"])  # type: ignore[index]
+                      key=lambda s: int((s.attributes or {})["scheduler.job.attempt"]))  # type: ignore[arg-type]
     assert [(s.attributes or {})["scheduler.job.outcome"] for s in attempts] == ["retry", "dead"]
     for n, span in enumerate(attempts, 1):
         assert_child(span, job.traceparent)
@@ -149,7 +152,7 @@ def test_retries_and_the_dead_attempt_are_children_of_the_same_producer_span(pst
         assert attrs["scheduler.job.error"] == f"RuntimeError: down on attempt {n}"
         assert span.status.status_code is StatusCode.ERROR
     # The retry's row carried the traceparent on.
-    assert pstore.get("r1").traceparent == job.traceparent  # type: ignore[union-attr]
+    assert pstore.get("r1").traceparent == job.traceparent
 
 
 def test_schedule_many_reschedule_and_cancel_have_spans(pstore, clock, spans):
@@ -160,7 +163,7 @@ def test_schedule_many_reschedule_and_cancel_have_spans(pstore, clock, spans):
     assert {j.traceparent for j in jobs} == {traceparent_of(many)}
     moved = client.reschedule("m0", T0 + timedelta(minutes=9))
     [resched] = named(exporter, "scheduler.reschedule")
-    assert moved.traceparent == traceparent_of(resched) == pstore.get("m0").traceparent  # type: ignore[union-attr]
+    assert moved.traceparent == traceparent_of(resched) == pstore.get("m0").traceparent
     assert client.cancel("m1") is True
     [cancel] = named(exporter, "scheduler.cancel")
     assert (cancel.attributes or {})["scheduler.job.id"] == "m1"
@@ -206,7 +209,7 @@ def test_async_calls_of_one_group_write_store_their_own_spans(live_store, spans)
         poller.stop()
     by_id = {(s.attributes or {})["scheduler.job.id"]: s for s in named(exporter, tracing.ATTEMPT_SPAN)}
     for job in jobs:
-        assert_child(by_id[job.job_id], job.traceparent)  # type: ignore[arg-type]
+        assert_child(by_id[job.job_id], job.traceparent)
 
 
 def test_a_timed_out_handlers_attempt_ends_with_the_timeout(tmp_path, request, spans):
@@ -235,7 +238,7 @@ def test_a_timed_out_handlers_attempt_ends_with_the_timeout(tmp_path, request, s
         poller.stop()
         store.close()
     [attempt] = named(exporter, tracing.ATTEMPT_SPAN)  # the late return ends nothing again
-    assert_child(attempt, job.traceparent)  # type: ignore[arg-type]
+    assert_child(attempt, job.traceparent)
     attrs = dict(attempt.attributes or {})
     assert (attrs["scheduler.job.outcome"], attrs["error.type"]) == ("dead", "TimedOut")
 
@@ -250,7 +253,7 @@ def test_tracing_off_stores_nothing_but_an_incoming_traceparent(pstore, clock):
     with tracing.incoming("00-not-a-traceparent"):
         ignored = client.schedule("o3", T0 + timedelta(minutes=5), "k")
     assert (passed.traceparent, ignored.traceparent) == (INCOMING, None)
-    assert pstore.get("o2").traceparent == INCOMING  # type: ignore[union-attr]
+    assert pstore.get("o2").traceparent == INCOMING
     # A poller that does not trace forwards the stored one on the job's requests.
     assert tracing.outgoing_traceparent(passed) == INCOMING and tracing.outgoing_traceparent() is None
 
@@ -263,3 +266,31 @@ def test_an_incoming_traceparent_is_the_parent_of_the_producer_span(pstore, cloc
     [produced] = named(exporter, "scheduler.schedule")
     assert_child(produced, INCOMING)
     assert job.traceparent == traceparent_of(produced)
+
+
+def test_a_v009_store_refuses_until_schema_apply_then_old_rows_run_untraced(store_kind, request, tmp_path,
+                                                                             clock, spans):
+    exporter, _ = spans
+    st9 = make_store(store_kind, request, tmp_path, SchemaOptions(shard_count=SHARDS, upto=9),
+                     now_ms=T0_MS - 60_000)
+    try:
+        _write_v006_rows(st9, store_kind, tmp_path)  # rows with no traceparent column at all
+        early = Client(st9, clock=clock)
+        for call in (lambda: early.get("old"), lambda: st9.read_bucket(0, 0, None, 2**62, 10),
+                     lambda: early.schedule("early", T0 + timedelta(minutes=5), "k")):
+            with pytest.raises(SchemaError, match="schema apply"):
+                call()
+        early.close()
+        res = st9.apply_schema(SchemaOptions(shard_count=SHARDS), T0_MS)
+        assert (res.from_version, res.to_version) == (9, SCHEMA_VERSION) == (9, 10)
+        client = Client(st9, clock=clock)
+        assert client.get("old").traceparent is None
+        new = client.schedule("new", T0 + timedelta(minutes=5), "k")
+        assert new.traceparent is not None
+        drive(make_poller(st9, clock, lambda job: None, shards=range(SHARDS)), clock, 330, step_ms=1000)
+        by_id = {(s.attributes or {})["scheduler.job.id"]: s for s in named(exporter, tracing.ATTEMPT_SPAN)}
+        assert by_id["old"].parent is None  # a root span of its own
+        assert_child(by_id["new"], new.traceparent)
+        client.close()
+    finally:
+        st9.close()

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from scheduler.errors import ConfigError
 from scheduler.observe import tracing
+from scheduler.observe.attempts import text
 from scheduler.settings import TracingSettings, tracing_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,6 +41,7 @@ from datetime import UTC, datetime
 logging.basicConfig(level=logging.INFO, stream=sys.stderr)
 from scheduler import App, Client
 from scheduler.observe import tracing
+from scheduler.observe.attempts import text
 from scheduler.poller import Poller, PollerConfig
 from scheduler.settings import Settings
 from scheduler.store import SchemaOptions, open_store
@@ -221,6 +223,7 @@ import json
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from scheduler.observe import tracing
+from scheduler.observe.attempts import text
 from scheduler.settings import TracingSettings
 mine = TracerProvider()
 trace.set_tracer_provider(mine)
@@ -254,5 +257,5 @@ def test_the_middleware_takes_one_valid_traceparent_header():
 
 
 def test_an_attribute_that_utf8_cannot_carry_is_mended():
-    assert tracing._text("kind\udc80") == "kind?"
-    assert tracing._text("x" * 1000) == "x" * 512
+    assert text("kind\udc80") == "kind?"
+    assert text("x" * 1000) == "x" * 512
