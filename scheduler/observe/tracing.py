@@ -130,10 +130,25 @@ def setup(config: TracingSettings | None = None, *, process: bool = False) -> bo
     return True
 
 
+class _HideHeaders(logging.Filter):
+    """The SDK logs an OTEL_EXPORTER_OTLP_HEADERS entry it cannot parse whole, and the
+    entry may hold a token: the record keeps its message, the entry is not shown."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and record.msg.startswith("Header format invalid"):
+            record.args = ("(the entry is not shown: it may hold a credential)",)
+        return True
+
+
+_HIDE_HEADERS = _HideHeaders()
+
+
 def _exporter(config: TracingSettings) -> Any:
     """The OTLP span exporter for ``config``, or None (said once in the log) when the
     packages are missing or the protocol has no exporter here. The exporter reads its
     headers, timeout and certificates from the standard variables itself."""
+    # Before the exporter parses the headers (when it is made).
+    logging.getLogger("opentelemetry.util.re").addFilter(_HIDE_HEADERS)
     try:
         if config.protocol == "grpc":
             # Not a dependency of scheduler[tracing]: imported by name, when asked for.

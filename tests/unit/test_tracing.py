@@ -259,3 +259,20 @@ def test_the_middleware_takes_one_valid_traceparent_header():
 def test_an_attribute_that_utf8_cannot_carry_is_mended():
     assert text("kind\udc80") == "kind?"
     assert text("x" * 1000) == "x" * 512
+
+
+def test_a_malformed_header_is_logged_without_its_value():
+    # The SDK warns about an entry of OTEL_EXPORTER_OTLP_HEADERS it cannot parse by
+    # quoting it: here the entry is a token.
+    script = """
+import json, logging, sys
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+from scheduler.observe import tracing
+print(json.dumps({"on": tracing.setup(process=True)}))
+tracing.shutdown()
+"""
+    env = {**base_env(), "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
+           "OTEL_EXPORTER_OTLP_HEADERS": f"Authorization Bearer {SECRET}"}
+    seen, log = child(script, env)
+    assert seen == {"on": True}
+    assert "Header format invalid" in log and "not shown" in log and SECRET not in log
