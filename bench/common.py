@@ -60,7 +60,7 @@ def write_bucket_rows(store: CassandraStore, jobs: list[Any], per_batch: int = 2
 
     from cassandra.query import BatchStatement, BatchType
 
-    from scheduler.store.rows import bucket_params
+    from scheduler.store.cassandra.bind import bucket_params
 
     stmt = store.prepared("insert_bucket_row")
     t0 = time.perf_counter()

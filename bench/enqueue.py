@@ -17,7 +17,7 @@ from cassandra.concurrent import execute_concurrent_with_args
 
 from bench.common import drop, fresh_store, machine, report, timed
 from scheduler import Client, Job, JobSpec
-from scheduler.store.rows import bucket_params, job_params
+from scheduler.store.cassandra.bind import bucket_params, job_params
 
 
 def main() -> None:

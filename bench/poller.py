@@ -45,9 +45,8 @@ from scheduler import App, Client, Job, JobSpec
 from scheduler.domain.clock import SystemClock
 from scheduler.domain.keys import bucket_of_ms, shard_of
 from scheduler.poller import Poller, PollerConfig
-from scheduler.store.cassandra.bind import FastBinder
+from scheduler.store.cassandra.bind import FastBinder, bucket_params
 from scheduler.store.cassandra.store import CassandraStore
-from scheduler.store.rows import bucket_params
 
 SHARDS = 16
 

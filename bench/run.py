@@ -36,6 +36,7 @@ from bench import peer as peer_bench
 from bench import poller as poller_bench
 from bench import recurring as recurring_bench
 from bench import storage as storage_bench
+from bench import tracing as tracing_bench
 from bench import zkmodel as zkmodel_bench
 from bench.common import drop, fresh_store, settle
 
@@ -247,6 +248,17 @@ def run_all(args: argparse.Namespace, sizes: Sizes) -> tuple[dict[str, Any], dic
 
     step("http_targets", http_targets)
 
+    def tracing_overhead() -> dict[str, Any]:
+        # On the embedded store: with no network round trip per write, the poller's own
+        # per-job work (where tracing's hooks are) is the largest share of the time.
+        r = tracing_bench.tracing_off_overhead("sqlite", rounds=2 if args.quick else 4)
+        return entry(r["unconfigured_jobs_per_s"],
+                     "jobs per CPU-second (embedded store, tracing present but unconfigured)",
+                     r["disabled_jobs_per_s"], "the same firing with tracing disabled at import",
+                     r["goal"], r["met"], r, ratio=r["ratio"])
+
+    step("tracing_off_overhead", tracing_overhead)
+
     backlog_keys = {"poll_cost_backlog", "poller_rss_backlog", "peer_postgres"}
     if not args.only or backlog_keys & args.only:
         _backlog_steps(args, sizes, series, step)
@@ -457,6 +469,11 @@ def _flow_notes(results: dict[str, Any]) -> list[str]:
     if over and "per_round" in over["details"]:
         lines += ["", "`flow_control_overhead`: the median of the rounds' ratios ("
                   + ", ".join(fmt(r["ratio"]) for r in over["details"]["per_round"]) + ")."]
+    off = results.get("tracing_off_overhead")
+    if off and "ratio_quartiles" in off["details"]:
+        d = off["details"]
+        lines += ["", f"`tracing_off_overhead`: the median of {d['pairs']} paired ratios ({d['measured']}); "
+                      f"quartiles {fmt(d['ratio_quartiles'][0])} and {fmt(d['ratio_quartiles'][1])}."]
     return lines
 
 

@@ -55,8 +55,9 @@ class TextFormatter(logging.Formatter):
 
 
 # Third-party loggers that repeat themselves during an outage: the Cassandra driver
-# warns on every reconnection attempt to every down host, kazoo on every retry.
-CHATTY = ("cassandra", "kazoo")
+# warns on every reconnection attempt to every down host, kazoo on every retry, the
+# OpenTelemetry exporter on every batch it cannot send to a collector that is down.
+CHATTY = ("cassandra", "kazoo", "opentelemetry")
 
 
 def setup(json_output: bool = False, level: str = "INFO") -> None:

@@ -31,6 +31,11 @@
 | SCHEDULER_HTTP_SIGNING_SECRET_FILE | (none) | pollers: the file holding the secret that signs |
 | | | HTTP targets' requests (at least 16 characters) |
 | SCHEDULER_DEBUG | (off) | ``1``: the CLI prints the traceback of an unexpected error |
+| SCHEDULER_TRACING | on | ``off``: no spans whatever the OTEL_* variables say (``tracing_settings``) |
+| OTEL_EXPORTER_OTLP_TRACES_ENDPOINT | (none) | where spans go (OTLP); tracing is on only when set, |
+| / OTEL_EXPORTER_OTLP_ENDPOINT | | or the other one (``/v1/traces`` appended) is |
+| OTEL_EXPORTER_OTLP_TRACES_PROTOCOL | http/protobuf | ``http/protobuf``, or ``grpc`` (its exporter |
+| / OTEL_EXPORTER_OTLP_PROTOCOL | | package installed) |
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit, urlunsplit
 
 from .domain.address import ADDRESS_FORM, parse_address
 from .domain.model import DEFAULT_MAX_PAYLOAD_BYTES
@@ -315,3 +321,66 @@ class Settings:
                 "(cassandra://127.0.0.1/scheduler or sqlite:///path/to/file.db)"
             )
         return url
+
+
+OTLP_PROTOCOLS = ("http/protobuf", "grpc", "http/json")
+
+
+@dataclass(frozen=True)
+class TracingSettings:
+    """Whether and where this process exports spans (``scheduler.observe.tracing``).
+
+    ``endpoint``: the OTLP traces URL, None when no endpoint is configured (tracing off).
+    ``shown``: the endpoint without credentials, query or fragment, for logs. The exporter
+    reads its other standard variables itself (OTEL_EXPORTER_OTLP_HEADERS, timeouts,
+    certificates): nothing here holds a header, which may carry a token."""
+
+    enabled: bool = True
+    endpoint: str | None = None
+    protocol: str = "http/protobuf"
+    shown: str = ""
+
+
+def tracing_settings(env: Mapping[str, str] | None = None) -> TracingSettings:
+    """The standard OpenTelemetry variables: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (used as
+    given), else OTEL_EXPORTER_OTLP_ENDPOINT (``/v1/traces`` appended, as the OTLP
+    specification says); the protocol from OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, else
+    OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf. ``OTEL_SDK_DISABLED=true``,
+    ``OTEL_TRACES_EXPORTER=none`` and ``SCHEDULER_TRACING=off`` turn it off. Raises
+    ``ConfigError`` for a protocol that is not an OTLP one or an HTTP endpoint that is not
+    an http(s) URL (without showing it: a URL may hold a credential)."""
+    env = os.environ if env is None else env
+    enabled = _switch(env, "SCHEDULER_TRACING", True)
+    if (env.get("OTEL_SDK_DISABLED") or "").strip().lower() == "true" \
+            or (env.get("OTEL_TRACES_EXPORTER") or "").strip().lower() == "none":
+        enabled = False
+    name = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+    if not (env.get(name) or "").strip():
+        name = "OTEL_EXPORTER_OTLP_PROTOCOL"
+    protocol = (env.get(name) or "").strip().lower() or "http/protobuf"
+    if protocol not in OTLP_PROTOCOLS:
+        raise ConfigError(f"{name}={protocol[:40]!r} is not an OTLP protocol: use http/protobuf "
+                          "(or grpc, with its exporter package installed)")
+    name, signal_path = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", ""
+    endpoint = (env.get(name) or "").strip()
+    if not endpoint:
+        name, signal_path = "OTEL_EXPORTER_OTLP_ENDPOINT", "" if protocol == "grpc" else "v1/traces"
+        endpoint = (env.get(name) or "").strip()
+    if not endpoint:
+        return TracingSettings(enabled, None, protocol)
+    try:
+        url = urlsplit(endpoint)
+        host, port = url.hostname, url.port
+    except ValueError:  # a port that is not a number, a bracket left open
+        url, host, port = None, None, None
+    if protocol != "grpc" and (url is None or url.scheme not in ("http", "https") or not host):
+        raise ConfigError(f"{name} is not an http:// or https:// URL (its value is not shown: it may "
+                          "hold a credential); give the collector's, e.g. http://collector:4318")
+    shown = "(set)"
+    if url is not None and host:
+        if signal_path:
+            url = url._replace(path=url.path.rstrip("/") + "/" + signal_path)
+            endpoint = urlunsplit(url)
+        where = f"[{host}]" if ":" in host else host
+        shown = f"{url.scheme}://{where}{'' if port is None else f':{port}'}{url.path}"
+    return TracingSettings(enabled, endpoint, protocol, shown)

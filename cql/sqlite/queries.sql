@@ -26,7 +26,7 @@ INSERT OR IGNORE INTO layout_marks (from_bucket, mark) VALUES (?, ?);
 
 -- name: select_job
 SELECT job_id, kind, payload, payload_json, due_at, fire_at, bucket, shard, status,
-       attempts, fired_at, last_error, priority, key
+       attempts, fired_at, last_error, priority, key, traceparent
 FROM jobs WHERE job_id = ?;
 
 -- name: select_job_positions
@@ -34,27 +34,28 @@ SELECT job_id, bucket, shard, fire_at FROM jobs WHERE bucket BETWEEN ? AND ?;
 
 -- name: insert_job
 INSERT OR REPLACE INTO jobs (job_id, kind, payload, payload_json, due_at, fire_at, bucket, shard,
-                             status, attempts, fired_at, last_error, priority, key, expires_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+                             status, attempts, fired_at, last_error, priority, key, traceparent, expires_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: insert_job_once
 -- An occurrence that exists (fired, cancelled, retried) is left as it is.
 INSERT OR IGNORE INTO jobs (job_id, kind, payload, payload_json, due_at, fire_at, bucket, shard,
-                            status, attempts, fired_at, last_error, priority, key, expires_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+                            status, attempts, fired_at, last_error, priority, key, traceparent, expires_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: insert_bucket_row
 INSERT OR REPLACE INTO jobs_by_bucket (bucket, shard, fire_at, job_id, due_at, kind, payload,
-                                       payload_json, attempts, priority, key, expires_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+                                       payload_json, attempts, priority, key, traceparent, expires_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: insert_bucket_row_full
 INSERT OR REPLACE INTO jobs_by_bucket (bucket, shard, fire_at, job_id, due_at, kind, payload,
-                                       payload_json, attempts, priority, key, fired_at, expires_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+                                       payload_json, attempts, priority, key, traceparent, fired_at, expires_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: select_bucket_rows
-SELECT bucket, shard, fire_at, job_id, due_at, kind, payload, payload_json, attempts, fired_at, priority, key
+SELECT bucket, shard, fire_at, job_id, due_at, kind, payload, payload_json, attempts, fired_at, priority, key,
+       traceparent
 FROM jobs_by_bucket
 WHERE bucket = ? AND shard = ? AND (fire_at, job_id) > (?, ?) AND fire_at <= ?
 ORDER BY fire_at, job_id

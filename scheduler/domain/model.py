@@ -66,6 +66,10 @@ class Job(NamedTuple):
     # tests/unit/test_priority_key_cli.py checks that the two agree).
     priority: int = 5
     key: str | None = None
+    # The W3C ``traceparent`` of the span that scheduled the job (schema v010; None when
+    # none was current, or the stored value was not one: see ``domain.traceparent``). An
+    # attempt's span is its child. Not in ``to_dict``: a propagation detail, not the job's.
+    traceparent: str | None = None
 
     @property
     def due_at(self) -> datetime:

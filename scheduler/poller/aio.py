@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 
 from ..domain.dispatch import App, Outcome, Route, failed, failure, refused
 from ..domain.model import OCCURRENCE_PREFIX, Job
+from ..observe import tracing
 from .flowqueue import HELD, HOLD_S
 from .occurrences import WAIT
 from .shared import Core
@@ -51,6 +52,8 @@ class AsyncWorkers:
         self._pending: list[Outcome] = []
         self._flush_due = False
         self._rand = random.Random()
+        # Attempt spans (observe.tracing); None, so one test per job, while tracing is off.
+        self.trace = tracing.attempts()
 
     # --- the dispatcher's side ------------------------------------------------------
 
@@ -68,14 +71,19 @@ class AsyncWorkers:
             if (skipped := skips.get(job.job_id)) is not None:
                 return skipped
             route = self.app.resolve(job.kind)
-            if isinstance(route, str):
-                return refused(route, job, self.core.clock.now_ms())
+            span = None if self.trace is None else self.trace.start(job)
             started = self.core.clock.now_ms()
-            try:
-                await route.handler(job)
-            except Exception as exc:  # a handler's failure is data
-                return failure(route, job, exc, started, self.core.clock.now_ms(), self._rand.random)
-            return Outcome(job, True, None, None, False, started)
+            if isinstance(route, str):
+                outcome = refused(route, job, started)
+            else:
+                try:
+                    await route.handler(job)
+                    outcome = Outcome(job, True, None, None, False, started)
+                except Exception as exc:  # a handler's failure is data
+                    outcome = failure(route, job, exc, started, self.core.clock.now_ms(), self._rand.random)
+            if span is not None:
+                span.finish(outcome)
+            return outcome
 
         async def all_of() -> list[Outcome]:
             return [await one(job) for job in jobs]
@@ -177,13 +185,18 @@ class AsyncWorkers:
             outcome = Outcome(job, False, HELD, started + int(HOLD_S * 1000), False, started, WAIT)
         elif isinstance(route, str):
             outcome = refused(route, job, started)
+            if self.trace is not None:
+                self.trace.start(job).finish(outcome)
         else:
+            span = None if self.trace is None else self.trace.start(job)
             try:
                 await route.handler(job)
                 outcome = Outcome(job, True, None, None, False, started)
             except asyncio.CancelledError:
                 task = asyncio.current_task()
                 if task is None or task not in self._expired:
+                    if span is not None:
+                        span.finish(None)
                     raise  # the poller is shutting down
                 task.uncancel()
                 timeout = self.default_timeout if route.timeout_s is None else route.timeout_s
@@ -193,6 +206,8 @@ class AsyncWorkers:
                                  self._rand.random)
             except Exception as exc:  # a handler's failure is data, not a crash of the poller
                 outcome = failure(route, job, exc, started, now_ms(), self._rand.random)
+            if span is not None:
+                span.finish(outcome)
         self._pending.append(outcome)
         core.flight.finished[self.slot] += 1
         if not self._flush_due:

@@ -30,6 +30,7 @@ from typing import Any
 
 from ..domain.dispatch import App, Outcome, Route, failed, run_route
 from ..domain.model import Job
+from ..observe import tracing
 from ..observe.faults import Summarised
 from .flowqueue import HELD, HOLD_S
 from .occurrences import WAIT
@@ -51,7 +52,7 @@ class _Worker:
     when it times out first."""
 
     __slots__ = ("abandoned", "chunk", "deadline", "done", "holds_slot", "index", "job", "lock",
-                 "slot", "timeout")
+                 "slot", "span", "timeout")
 
     def __init__(self, slot: int) -> None:
         self.slot = slot
@@ -64,6 +65,7 @@ class _Worker:
         self.done: list[Outcome] = []
         self.abandoned = False
         self.holds_slot = False  # abandoned with its flow-control slots taken
+        self.span: tracing.AttemptSpan | None = None  # the running job's, when tracing
 
 
 class ThreadWorkers:
@@ -84,6 +86,8 @@ class ThreadWorkers:
         self._rand = random.Random()
         self._inline = _Worker(0)  # Poller.fire, in the caller's thread, not watched
         self._timeouts = Summarised(log, "handler_timed_out")
+        # Attempt spans (observe.tracing); None, so one test per job, while tracing is off.
+        self.trace = tracing.attempts()
 
     # --- the dispatcher's side ------------------------------------------------------
 
@@ -160,7 +164,7 @@ class ThreadWorkers:
         """Run the handlers of ``jobs`` in order and queue their outcomes together."""
         core, resolve = self.core, self.app.resolve
         now_ms, rand, finished, slot = core.clock.now_ms, self._rand.random, core.flight.finished, w.slot
-        mono, default, lock = time.monotonic, self.default_timeout, w.lock
+        mono, default, lock, trace = time.monotonic, self.default_timeout, w.lock, self.trace
         done: list[Outcome] = []
         w.done, w.chunk = done, jobs
         # Recurring occurrences: their schedules read once for the chunk (see gate).
@@ -189,16 +193,21 @@ class ThreadWorkers:
                     continue
                 route = resolve(job.kind)
                 timeout = default if isinstance(route, str) or route.timeout_s is None else route.timeout_s
-                # The watchdog reads ``job`` first, so the deadline is set before it.
+                # The watchdog reads ``job`` first, so the deadline (and span) are set before it.
                 w.timeout, w.deadline, w.index = timeout, mono() + timeout, i
+                w.span = span = None if trace is None else trace.start(job)
                 w.job = job
                 outcome = run_route(route, job, now_ms, rand)
                 with lock:
                     if w.abandoned:  # the watchdog recorded this job as timed out
+                        if span is not None:
+                            span.leave()  # ended by the watchdog, with the timeout
                         self._returned(w, job, outcome, mono() - w.deadline + timeout)
                         return done
                     w.job = None
                     done.append(outcome)
+                if span is not None:
+                    span.finish(outcome)
                 finished[slot] += 1  # only this thread writes this slot
         finally:
             if done and not w.abandoned:
@@ -239,7 +248,7 @@ class ThreadWorkers:
                 return  # it returned meanwhile
             w.abandoned = True
             w.job = None
-            done, rest, timeout = w.done, w.chunk[w.index + 1:], w.timeout
+            done, rest, timeout, span = w.done, w.chunk[w.index + 1:], w.timeout, w.span
             # Under w.lock (then cond, the order _returned takes them in): a handler that
             # returns now finds the slot held, and frees it.
             with core.cond:
@@ -249,6 +258,8 @@ class ThreadWorkers:
         now = core.clock.now_ms()
         error = f"timed out after {timeout:g} s"
         outcome = failed(route, job, error, now - int(timeout * 1000), now, self._rand.random)
+        if span is not None:
+            span.end(outcome)
         core.flight.finished[w.slot] += 1  # the abandoned thread never writes it again
         if done:
             core.handled(done)

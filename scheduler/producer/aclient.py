@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from ..domain.effects import Steps, run_async
 from ..domain.flow import DEFAULT_PRIORITY
@@ -24,6 +24,7 @@ from ..domain.jobspec import JobSpec
 from ..domain.layout import Layout, Layouts
 from ..domain.model import Job
 from ..errors import InvalidInput
+from ..observe.tracing import producer_span
 from ..recurring.schedule import Schedule
 from ..store.base import DeadLetter
 from .client import ClientBase
@@ -36,13 +37,23 @@ T = TypeVar("T")
 GROUP_MAX = 5_000
 
 
+class _Call(NamedTuple):
+    """A schedule() call waiting for its group write: its job checked, its caller's
+    future, and the traceparent its job stores (its own span's: calls of one group come
+    from different traces)."""
+
+    checked: Placeable
+    fut: asyncio.Future[Job]
+    traceparent: str | None
+
+
 class AsyncClient(ClientBase):
     """Schedule, cancel, reschedule and look up jobs from async code; see ``Client`` for
     each operation's contract. Safe to share between the tasks of one event loop."""
 
     def _setup(self) -> None:
         # schedule() calls waiting for the group write in flight to finish.
-        self._waiting: list[tuple[Placeable, asyncio.Future[Job]]] = []
+        self._waiting: list[_Call] = []
         self._flusher: asyncio.Task[None] | None = None
 
     async def run(self, steps: Steps[T]) -> T:
@@ -62,16 +73,17 @@ class AsyncClient(ClientBase):
         """See ``Client.schedule``. Calls made while a write is in flight are written
         together (a group commit, see ``_flush``): each returns once its own job is
         acknowledged, with its own result or error."""
-        try:
-            checked = self.producer.check(JobSpec(job_id, due_at, kind, payload, jitter_s, priority, key))
-        except InvalidInput as exc:
-            raise InvalidInput(f"job #1 ({job_id!r}): {exc}") from None
-        fut: asyncio.Future[Job] = asyncio.get_running_loop().create_future()
-        # Queued before any await: groups keep the order of the calls.
-        self._waiting.append((checked, fut))
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.create_task(self._flush())
-        return await fut
+        with producer_span("scheduler.schedule", job_id, kind) as traceparent:
+            try:
+                checked = self.producer.check(JobSpec(job_id, due_at, kind, payload, jitter_s, priority, key))
+            except InvalidInput as exc:
+                raise InvalidInput(f"job #1 ({job_id!r}): {exc}") from None
+            fut: asyncio.Future[Job] = asyncio.get_running_loop().create_future()
+            # Queued before any await: groups keep the order of the calls.
+            self._waiting.append(_Call(checked, fut, traceparent))
+            if self._flusher is None or self._flusher.done():
+                self._flusher = asyncio.create_task(self._flush())
+            return await fut
 
     async def _flush(self) -> None:
         """Place and write the waiting jobs, up to ``GROUP_MAX`` at a time, until none
@@ -82,46 +94,46 @@ class AsyncClient(ClientBase):
             # One turn of the loop first: the callers just answered (and any other ready
             # task) get to make their next call, so it joins this group.
             await asyncio.sleep(0)
-            group: list[tuple[Placeable, asyncio.Future[Job]]] = []
+            group: list[_Call] = []
             ids: set[str] = set()
             rest = []
             for item in self._waiting:
-                if len(group) < GROUP_MAX and item[0][0] not in ids:
+                if len(group) < GROUP_MAX and item.checked[0] not in ids:
                     group.append(item)
-                    ids.add(item[0][0])
+                    ids.add(item.checked[0])
                 else:
                     rest.append(item)
             self._waiting = rest
             try:
                 await self._write_group(group)
             except BaseException:  # this task was cancelled (the loop is closing): nobody
-                for _, fut in [*group, *self._waiting]:  # writes the rest; say so to each
-                    fut.cancel()
+                for call in [*group, *self._waiting]:  # writes the rest; say so to each
+                    call.fut.cancel()
                 self._waiting = []
                 raise
 
-    async def _write_group(self, group: list[tuple[Placeable, asyncio.Future[Job]]]) -> None:
+    async def _write_group(self, group: list[_Call]) -> None:
         try:
-            placed = await self.run(self._place_all([c for c, _ in group]))
-            jobs = [(j, fut) for j, (_, fut) in zip(placed, group, strict=True) if isinstance(j, Job)]
-            for j, (c, fut) in zip(placed, group, strict=True):
-                if isinstance(j, InvalidInput) and not fut.done():
-                    fut.set_exception(InvalidInput(f"job #1 ({c[0]!r}): {j}"))
+            placed = await self.run(self._place_all(group))
+            jobs = [(j, call.fut) for j, call in zip(placed, group, strict=True) if isinstance(j, Job)]
+            for j, call in zip(placed, group, strict=True):
+                if isinstance(j, InvalidInput) and not call.fut.done():
+                    call.fut.set_exception(InvalidInput(f"job #1 ({call.checked[0]!r}): {j}"))
             written = await self.run(self.producer.write_jobs([j for j, _ in jobs])) if jobs else []
         except Exception as exc:
-            for _, fut in group:
-                if not fut.done():
-                    fut.set_exception(exc)
+            for call in group:
+                if not call.fut.done():
+                    call.fut.set_exception(exc)
             return
         for (_, fut), job in zip(jobs, written, strict=True):
             if not fut.done():
                 fut.set_result(job)
 
-    def _place_all(self, checked: list[Placeable]) -> Steps[list[Job | InvalidInput]]:
+    def _place_all(self, calls: list[_Call]) -> Steps[list[Job | InvalidInput]]:
         out: list[Job | InvalidInput] = []
-        for c in checked:
+        for c in calls:
             try:
-                out.append((yield from self.producer.place(*c, None)))
+                out.append((yield from self.producer.place(*c.checked, None, traceparent=c.traceparent)))
             except InvalidInput as exc:  # beyond the retention's reach: that call only
                 out.append(exc)
         return out
@@ -129,15 +141,18 @@ class AsyncClient(ClientBase):
     async def schedule_many(self, specs: Iterable[JobSpec | dict[str, Any]],
                             progress: Callable[[int], None] | None = None) -> list[Job]:
         """See ``Client.schedule_many``."""
-        return await self.run(self.producer.schedule_many(specs, progress))
+        with producer_span("scheduler.schedule_many") as traceparent:
+            return await self.run(self.producer.schedule_many(specs, progress, traceparent))
 
     async def reschedule(self, job_id: str, due_at: datetime, *, jitter_s: float = 0.0) -> Job:
         """See ``Client.reschedule``."""
-        return await self.run(self.producer.reschedule(job_id, due_at, jitter_s))
+        with producer_span("scheduler.reschedule", job_id) as traceparent:
+            return await self.run(self.producer.reschedule(job_id, due_at, jitter_s, traceparent))
 
     async def cancel(self, job_id: str) -> bool:
         """See ``Client.cancel``."""
-        return await self.run(self.producer.cancel(job_id))
+        with producer_span("scheduler.cancel", job_id):
+            return await self.run(self.producer.cancel(job_id))
 
     async def get(self, job_id: str) -> Job:
         """See ``Client.get``."""

@@ -21,6 +21,8 @@ from ..domain.jobspec import JobSpec
 from ..domain.layout import Layout, Layouts
 from ..domain.model import Job
 from ..errors import StoreUnavailable, WriteTimeout
+from ..observe import tracing
+from ..observe.tracing import producer_span
 from ..settings import Settings, cassandra_security
 from ..store import Store, StoreMeta, open_store
 from ..store.base import DeadLetter
@@ -89,6 +91,8 @@ class ClientBase:
         self.store, self._owns_store, self.producer = open_producer(
             store, clock, settings, max_payload_bytes, bucket_width_s, layout_cache_ttl_s, retry_s)
         self.clock: Clock = self.producer.clock
+        # Spans are exported when the OTEL_* variables name an endpoint (observe.tracing).
+        tracing.setup()
         self._setup()
 
     def _setup(self) -> None:
@@ -149,7 +153,8 @@ class Client(ClientBase):
         A bad value raises ``InvalidInput`` and nothing is written.
         """
         spec = JobSpec(job_id, due_at, kind, payload, jitter_s, priority, key)
-        return self.run(self.producer.schedule_many([spec]))[0]
+        with producer_span("scheduler.schedule", job_id, kind) as traceparent:
+            return self.run(self.producer.schedule_many([spec], traceparent=traceparent))[0]
 
     def schedule_many(self, specs: Iterable[JobSpec | dict[str, Any]],
                       progress: Callable[[int], None] | None = None) -> list[Job]:
@@ -160,14 +165,16 @@ class Client(ClientBase):
         ``key`` as ``schedule`` takes them. A store error part-way leaves earlier
         chunks written; re-running the same call is safe.
         """
-        return self.run(self.producer.schedule_many(specs, progress))
+        with producer_span("scheduler.schedule_many") as traceparent:
+            return self.run(self.producer.schedule_many(specs, progress, traceparent))
 
     def reschedule(self, job_id: str, due_at: datetime, *, jitter_s: float = 0.0) -> Job:
         """Move a job to a new due time; it fires once, at the new time.
 
         A fired, cancelled or dead job is re-armed. Raises ``JobNotFound``.
         """
-        return self.run(self.producer.reschedule(job_id, due_at, jitter_s))
+        with producer_span("scheduler.reschedule", job_id) as traceparent:
+            return self.run(self.producer.reschedule(job_id, due_at, jitter_s, traceparent))
 
     def cancel(self, job_id: str) -> bool:
         """Cancel a pending job; True when this call cancelled it.
@@ -175,7 +182,8 @@ class Client(ClientBase):
         A job a poller has already read for firing (it is due within the prefetch
         window, 2 s by default) may still fire once.
         """
-        return self.run(self.producer.cancel(job_id))
+        with producer_span("scheduler.cancel", job_id):
+            return self.run(self.producer.cancel(job_id))
 
     def get(self, job_id: str) -> Job:
         """The stored job with its status and history; raises ``JobNotFound``."""

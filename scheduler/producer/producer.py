@@ -153,14 +153,17 @@ class Producer:
         key = None if spec.key is None else check_key(spec.key)
         return job_id, kind, payload, is_json, due_ms, spec.jitter_s, check_priority(spec.priority), key
 
-    def build(self, spec: JobSpec, now_ms: int | None = None) -> Steps[Job]:
+    def build(self, spec: JobSpec, now_ms: int | None = None,
+              traceparent: str | None = None) -> Steps[Job]:
         """Validate ``spec`` and place it (bucket, shard, fire time); writes nothing."""
-        return (yield from self.place(*self.check(spec), now_ms))
+        return (yield from self.place(*self.check(spec), now_ms, traceparent=traceparent))
 
     def place(self, job_id: str, kind: str, payload: bytes, is_json: bool, due_ms: int,
-              jitter_s: float, priority: int, key: str | None, now_ms: int | None) -> Steps[Job]:
+              jitter_s: float, priority: int, key: str | None, now_ms: int | None, *,
+              traceparent: str | None = None) -> Steps[Job]:
         """The job placed: fire time (the late-write rule), bucket, and the shard of its
-        key, or of its id when it has none (``keys.shard_key``). Writes nothing."""
+        key, or of its id when it has none (``keys.shard_key``). Writes nothing.
+        ``traceparent``: the producer's span, stored with the job (``observe.tracing``)."""
         layouts = yield from self.layouts()
         now = self.clock.now_ms() if now_ms is None else now_ms
         fire_ms = max(due_ms + jitter_ms(job_id, jitter_s), now + self.meta.late_margin_ms)
@@ -169,7 +172,7 @@ class Producer:
         layout = layouts.write_layout(bucket)
         return Job(job_id=job_id, kind=kind, data=payload, data_json=is_json, due_ms=due_ms,
                    fire_ms=fire_ms, bucket=bucket, shard=shard_key(job_id, key, layout.shard_count),
-                   priority=priority, key=key)
+                   priority=priority, key=key, traceparent=traceparent)
 
     def ensure_marks(self, jobs: Iterable[Job]) -> Steps[None]:
         """Record how far writers reached under each layout, before writing the jobs, so a
@@ -189,15 +192,16 @@ class Producer:
     # --- writes ---------------------------------------------------------------------
 
     def schedule_many(self, specs: Iterable[JobSpec | dict[str, Any]],
-                      progress: ProgressFn | None = None) -> Steps[list[Job]]:
-        """See ``Client.schedule_many``."""
+                      progress: ProgressFn | None = None,
+                      traceparent: str | None = None) -> Steps[list[Job]]:
+        """See ``Client.schedule_many``; every job stores ``traceparent``."""
         now = self.clock.now_ms()
         jobs: list[Job] = []
         seen: set[str] = set()
         for i, raw in enumerate(specs):
             spec = raw if isinstance(raw, JobSpec) else spec_from_dict(raw, i)
             try:
-                job = yield from self.build(spec, now)
+                job = yield from self.build(spec, now, traceparent)
             except InvalidInput as exc:
                 raise InvalidInput(f"job #{i + 1} ({spec.job_id!r}): {exc}") from None
             if job.job_id in seen:
@@ -292,7 +296,7 @@ class Producer:
             return job
         # Jitter is dropped: the job lands at now + margin, its earliest safe position.
         return (yield from self.place(job.job_id, job.kind, job.data, job.data_json, job.due_ms, 0,
-                                      job.priority, job.key, now))
+                                      job.priority, job.key, now, traceparent=job.traceparent))
 
     def at_risk(self, job: Job, ack_ms: int) -> bool:
         return repair.at_risk(self.meta, job, ack_ms)
@@ -301,13 +305,16 @@ class Producer:
         """See ``repair.repair_slow_writes``."""
         return (yield from repair.repair_slow_writes(self, result, written, started_ms))
 
-    def reschedule(self, job_id: str, due_at: datetime, jitter_s: float) -> Steps[Job]:
-        """See ``Client.reschedule``."""
+    def reschedule(self, job_id: str, due_at: datetime, jitter_s: float,
+                   traceparent: str | None = None) -> Steps[Job]:
+        """See ``Client.reschedule``. The job stores ``traceparent`` (the rescheduling
+        span's) in place of its own; None keeps the one it has."""
         check_job_id(job_id)
         due_ms = check_due(due_at)
         old = yield from self.get(job_id)
         new = yield from self.place(job_id, old.kind, old.data, old.data_json, due_ms, jitter_s,
-                                    old.priority, old.key, None)
+                                    old.priority, old.key, None,
+                                    traceparent=traceparent or old.traceparent)
         if old.status is Status.PENDING and old.due_ms == due_ms:
             return old
         new = new.evolve(attempts=old.attempts, fired_ms=old.fired_ms, last_error=old.last_error)
@@ -352,7 +359,7 @@ class Producer:
         for job_id in wanted:
             old = yield from self.get(job_id)
             new = yield from self.place(job_id, old.kind, old.data, old.data_json, due_ms, 0,
-                                        old.priority, old.key, None)
+                                        old.priority, old.key, None, traceparent=old.traceparent)
             # A pending job that has not fired since: no fired_at (its death's time is
             # kept in the replay's record, with what the dead letter said).
             new = new.evolve(attempts=0, fired_ms=None, last_error=old.last_error)

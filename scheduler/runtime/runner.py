@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable
 from ..domain.dispatch import App, Handler
 from ..errors import InvalidInput
 from ..fleet.coord import DEFAULT_SESSION_TIMEOUT_S, Coordinator, open_coordinator
+from ..observe import tracing
 from ..observe.metrics import PollerMetrics, serve
 from ..poller import Poller, PollerConfig
 from ..settings import Settings, cassandra_security, http_signing_secret
@@ -66,7 +67,10 @@ def run_poller(app: App | Handler, *, settings: Settings | None = None,
     the_app = app if isinstance(app, App) else App.for_function(app)
     the_app.is_async()  # a mixed app is refused before anything starts
     stop = stop or threading.Event()
+    # Before the poller exists: its workers see whether attempts are traced when made.
+    tracing.setup(process=True)
     with contextlib.ExitStack() as opened:
+        opened.callback(tracing.flush)  # the last spans out, after the poller stopped
         # Whatever is opened here is closed on every way out, in reverse order: a
         # start-up step that fails (the coordinator unreachable, the metrics port taken,
         # no schema) leaves nothing open, and neither does an exception while it runs.

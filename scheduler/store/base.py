@@ -25,7 +25,7 @@ from .flow import FlowTables
 from .history import Replay
 from .schedules import ScheduleRows
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 # A producer pushes a job's fire time to at least now + late margin, so it lands
 # ahead of any poller's read cursor: a poller reads at most late_margin - 2 * max_skew

@@ -8,6 +8,7 @@ from typing import Any
 from ..domain.flow import DEFAULT_PRIORITY, PRIORITIES
 from ..domain.model import POISON_KIND, Job, Status
 from ..domain.retention import DEFAULT_DEAD_RETENTION_S, DEFAULT_RETENTION_S, Retention
+from ..domain.traceparent import stored_traceparent
 from ..recurring.rule import Rule
 from ..recurring.schedule import Misfire, Overlap, Schedule, State
 
@@ -37,7 +38,7 @@ def key_of(value: Any) -> str | None:
 def job_from_row(row: Any, to_ms: Any = int) -> Job:
     """Build a Job from ``select_job``'s column order; ``to_ms`` converts timestamps."""
     (job_id, kind, payload, payload_json, due_at, fire_at, bucket, shard, status, attempts,
-     fired_at, last_error, priority, key) = row
+     fired_at, last_error, priority, key, traceparent) = row
     return Job(
         job_id=job_id,
         kind=kind or "",
@@ -53,22 +54,26 @@ def job_from_row(row: Any, to_ms: Any = int) -> Job:
         last_error=last_error,
         priority=priority_of(priority),
         key=key_of(key),
+        traceparent=None if traceparent is None else stored_traceparent(traceparent),
     )
 
 
 def job_from_bucket_row(row: Any, to_ms: Any = int) -> Job:
     """Build a Job from ``select_bucket_rows``'s column order: pending, or fired when the
     row has ``fired_at``. A row left by a fire record racing a delete has no kind; a row
-    written before schema v007 has no priority (the default) and no key.
+    written before schema v007 has no priority (the default) and no key; one written
+    before v010, or by a producer that traced nothing, no traceparent. A stored traceparent
+    that is not one is ignored (``stored_traceparent``), never a poison row: the job can run.
     (Positional arguments: this runs once per row a poller reads.)"""
     (bucket, shard, fire_at, job_id, due_at, kind, payload, payload_json, attempts, fired_at,
-     priority, key) = row
+     priority, key, traceparent) = row
     return Job(job_id, kind or "", payload or b"", bool(payload_json),
                0 if due_at is None else to_ms(due_at), to_ms(fire_at), bucket, shard,
                Status.PENDING if fired_at is None else Status.FIRED, attempts or 0,
                None if fired_at is None else to_ms(fired_at), None,
                priority if priority in _PRIORITIES else priority_of(priority),
-               key if key is None or type(key) is str else key_of(key))
+               key if key is None or type(key) is str else key_of(key),
+               None if traceparent is None else stored_traceparent(traceparent))
 
 
 def jobs_from_bucket_rows(rows: Sequence[Any], to_ms: Any = int) -> list[Job]:
@@ -93,17 +98,21 @@ def _row_or_poison(row: Any, to_ms: Any) -> Job:
                    f"poison row: cannot be read as a job ({type(exc).__name__}: {exc})"[:2000])
 
 
-def job_params(job: Job, ts: Any = int) -> tuple[Any, ...]:
-    """Parameters of ``insert_job``; ``ts`` converts epoch ms to the store's type."""
+def job_params(job: Job, ts: Any = int, absent: Any = None) -> tuple[Any, ...]:
+    """Parameters of ``insert_job``; ``ts`` converts epoch ms to the store's type;
+    ``absent`` stands for no traceparent (Cassandra binds the driver's unset value: no
+    cell is written, where a null would write a tombstone in every untraced job's row)."""
     return (job.job_id, job.kind, job.data, job.data_json, ts(job.due_ms),
             ts(job.fire_ms), job.bucket, job.shard, str(job.status), job.attempts,
-            None if job.fired_ms is None else ts(job.fired_ms), job.last_error, job.priority, job.key)
+            None if job.fired_ms is None else ts(job.fired_ms), job.last_error, job.priority, job.key,
+            absent if job.traceparent is None else job.traceparent)
 
 
-def bucket_params(job: Job, ts: Any = int) -> tuple[Any, ...]:
-    """Parameters of ``insert_bucket_row``."""
+def bucket_params(job: Job, ts: Any = int, absent: Any = None) -> tuple[Any, ...]:
+    """Parameters of ``insert_bucket_row`` (``absent``: see ``job_params``)."""
     return (job.bucket, job.shard, ts(job.fire_ms), job.job_id, ts(job.due_ms), job.kind,
-            job.data, job.data_json, job.attempts, job.priority, job.key)
+            job.data, job.data_json, job.attempts, job.priority, job.key,
+            absent if job.traceparent is None else job.traceparent)
 
 
 def partition_chunks(rows: list[tuple[Job, Any]], max_bytes: int,
@@ -128,10 +137,10 @@ def partition_chunks(rows: list[tuple[Job, Any]], max_bytes: int,
     return chunks
 
 
-def done_bucket_params(job: Job, fired_ms: int | None, ts: Any = int) -> tuple[Any, ...]:
+def done_bucket_params(job: Job, fired_ms: int | None, ts: Any = int, absent: Any = None) -> tuple[Any, ...]:
     """Parameters of ``insert_bucket_row_full``: the whole row, ``fired_at`` included (a
     retired row has one, so pollers skip it; a re-armed row has None)."""
-    return (*bucket_params(job, ts), None if fired_ms is None else ts(fired_ms))
+    return (*bucket_params(job, ts, absent), None if fired_ms is None else ts(fired_ms))
 
 
 def bucket_key(job: Job, ts: Any = int) -> tuple[Any, ...]:

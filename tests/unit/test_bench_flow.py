@@ -37,3 +37,15 @@ def test_markdown_shows_the_window_peak_and_the_rounds():
     assert "at most 302 starts in any 1 s (limit + burst: 220)" in text
     assert "302, 217, 199" in text and "rounds' ratios (0.8, 0.75, 0.9)" in text
     assert "`key_fairness`" in text and "| 3.5 |" in text
+
+
+def test_markdown_shows_the_tracing_pairs():
+    d = {"pairs": 158, "measured": "the firing path in one thread", "ratio_quartiles": [0.913, 1.121]}
+    report = {"quick": True, "date": "2026-12-04T00:00:00+00:00", "command": "ops/bench --quick",
+              "machine": {"cpus": 2, "cpu_model": "x", "memory_gib": 24, "platform": "linux"},
+              "versions": {}, "sizes": QUICK.__dict__, "seconds": 1.0, "plots": [],
+              "results": {"tracing_off_overhead": entry(9.0, "jobs/s", 10.0, "disabled", ">= 0.97", True, d,
+                                                        ratio=0.999)}}
+    text = markdown(report)
+    assert "`tracing_off_overhead`: the median of 158 paired ratios (the firing path in one thread)" in text
+    assert "quartiles 0.913 and 1.121" in text and "| 0.999 |" in text

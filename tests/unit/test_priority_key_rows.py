@@ -22,16 +22,16 @@ FIRE = 1_800_000_005_000
 
 def bucket_row(priority: object, key: object) -> tuple[object, ...]:
     # select_bucket_rows' order: bucket_params without the write-only tail, fired_at, then
-    # priority and key.
+    # priority, key and traceparent.
     job = bucket_job("j", FIRE)
-    return (*bucket_params(job)[:9], None, priority, key)
+    return (*bucket_params(job)[:9], None, priority, key, None)
 
 
 @pytest.mark.parametrize(("stored", "read"), [(None, 5), (0, 0), (9, 9), (7, 7), (12, 9), (-3, 0)])
 def test_a_stored_priority_reads_as_0_to_9(stored, read):
     assert job_from_bucket_row(bucket_row(stored, None)).priority == read
     job = bucket_job("j", FIRE)
-    assert job_from_row((*job_params(job)[:12], stored, "k")).priority == read
+    assert job_from_row((*job_params(job)[:12], stored, "k", None)).priority == read
 
 
 def test_a_row_before_v007_has_no_key():
@@ -48,8 +48,8 @@ def test_a_priority_that_is_not_a_whole_number_is_a_poison_row(bad):
 
 def test_params_and_rows_agree():
     job = bucket_job("j", FIRE)._replace(priority=2, key="c-1")
-    assert bucket_params(job)[-2:] == (2, "c-1") and job_params(job)[-2:] == (2, "c-1")
-    assert job_from_bucket_row((*bucket_params(job)[:9], None, *bucket_params(job)[-2:])) == job
+    assert bucket_params(job)[-3:-1] == (2, "c-1") and job_params(job)[-3:-1] == (2, "c-1")
+    assert job_from_bucket_row((*bucket_params(job)[:9], None, *bucket_params(job)[-3:])) == job
     assert job_from_row(job_params(job)) == job
 
 

@@ -18,13 +18,22 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from cassandra.cqltypes import DateType
 from cassandra.marshal import int64_pack
-from cassandra.query import BatchStatement, BatchType, PreparedStatement
+from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, PreparedStatement
 
+from .. import rows
 from ..rows import partition_chunks
+
+# A job's rows as Cassandra writes them: a job without a traceparent (every job of an
+# untraced producer) binds the driver's unset value, which writes no cell, where a null
+# would write a cell tombstone into each such row of the table every poll reads.
+bucket_params = partial(rows.bucket_params, absent=UNSET_VALUE)
+done_bucket_params = partial(rows.done_bucket_params, absent=UNSET_VALUE)
+job_params = partial(rows.job_params, absent=UNSET_VALUE)
 
 Serializer = Callable[[Any, int], bytes]
 

@@ -14,7 +14,8 @@ from ...domain.keys import job_hash
 from ...domain.model import Job, Status
 from ...domain.retention import ttl_s
 from ..base import DEAD_LETTER_PARTS, DeadLetter
-from ..rows import bucket_key, bucket_params, job_params
+from ..rows import bucket_key
+from .bind import bucket_params, job_params
 from .conf import dt_ms, translate
 from .run import CqlSteps, Many, Run, dual
 

@@ -23,15 +23,8 @@ from ..base import (
     Store,
     with_fired,
 )
-from ..rows import (
-    bucket_key,
-    bucket_params,
-    done_bucket_params,
-    job_from_row,
-    job_params,
-    jobs_from_bucket_rows,
-)
-from .bind import FastBinder, bucket_writes
+from ..rows import bucket_key, job_from_row, jobs_from_bucket_rows
+from .bind import FastBinder, bucket_params, bucket_writes, done_bucket_params, job_params
 from .conf import READ_GROUP, CassandraUrl, dt_ms, prepare_failed, translate
 from .connect import connect
 from .fire import BATCH_ROWS, CassandraFiring, host_ms
