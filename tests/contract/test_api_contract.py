@@ -59,14 +59,8 @@ def test_a_job_scheduled_read_moved_and_cancelled(api: Api):
     assert rearmed.json()["status"] == "pending"
 
 
-def test_a_job_moved_back_to_a_time_it_had_is_pending(api: Api, store_kind: str, request: Any):
-    if store_kind == "cassandra":
-        # Cassandra's move writes the new bucket row without fired_at, and a row at the
-        # same key retired by an earlier move keeps its fired_at: the job reads as fired
-        # and no poller fires it (Client.reschedule too, not only the API). Strict: this
-        # fails once the store is fixed, and the mark must go.
-        request.applymarker(pytest.mark.xfail(strict=True, reason="the Cassandra store's move reuses a "
-                                                                  "retired bucket row's fired_at"))
+def test_a_job_moved_back_to_a_time_it_had_is_pending(api: Api):
+    # The move back writes a row where a retired one was: it must not keep its fired_at.
     api.call("producer", "POST", "/v1/jobs", job())
     api.call("producer", "PATCH", "/v1/jobs/j1", {"at": (LATER + timedelta(hours=2)).isoformat()})
     back = api.call("producer", "PATCH", "/v1/jobs/j1", {"at": AT})

@@ -244,12 +244,12 @@ class CassandraStore(CassandraAsync, CassandraSchema, CassandraFiring, Cassandra
 
     def _move_rows(self, old: Job, new: Job) -> list[tuple[str, tuple[Any, ...]]]:
         ttl = self.job_ttl(new)
-        if bucket_key(old) == bucket_key(new):
-            # Re-armed in place: fired_at goes back to null (one cell tombstone, rare).
-            rows = [("insert_bucket_row_full", (*done_bucket_params(new, None), ttl))]
-        else:
-            rows = [("insert_bucket_row_full", (*done_bucket_params(old, host_ms()), self._event_ttl())),
-                    ("insert_bucket_row", (*bucket_params(new), ttl))]
+        # The new row's fired_at is written null (one cell tombstone a move): the job may
+        # have sat at that position before (moved away and back), and the retired row's
+        # fired_at would otherwise make it read as fired, never to fire.
+        rows = [("insert_bucket_row_full", (*done_bucket_params(new, None), ttl))]
+        if bucket_key(old) != bucket_key(new):
+            rows.insert(0, ("insert_bucket_row_full", (*done_bucket_params(old, host_ms()), self._event_ttl())))
         return [*rows, ("insert_job", (*job_params(new), ttl))]
 
     @dual
