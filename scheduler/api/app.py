@@ -31,6 +31,7 @@ from starlette.routing import Route
 from ..errors import InvalidInput, SchedulerError
 from ..observe.faults import RateLimitFilter
 from ..observe.metrics import ApiMetrics
+from ..observe.tracing import TraceparentMiddleware
 from ..producer.client import Client
 from . import openapi
 from .body import fields, parse_json, read_body
@@ -210,7 +211,10 @@ def build(client: Client, tokens: Tokens, metrics: ApiMetrics | None = None) -> 
         metrics.requests.labels(method, UNMATCHED, str(status)).inc()
         return error(status, message, headers)
 
-    return Starlette(routes=routes, exception_handlers={404: unmatched, 405: unmatched})
+    # Each request under its incoming W3C traceparent: the jobs it writes are in its trace.
+    app = Starlette(routes=routes, exception_handlers={404: unmatched, 405: unmatched})
+    app.add_middleware(TraceparentMiddleware)
+    return app
 
 
 def _peer(request: Request) -> str:

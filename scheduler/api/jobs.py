@@ -27,6 +27,7 @@ from ..domain.effects import Steps, call
 from ..domain.jobspec import JobSpec, spec_from_dict
 from ..domain.model import Job, Status
 from ..errors import InvalidInput
+from ..observe.tracing import producer_span
 from ..producer.client import Client
 from ..producer.jobview import JobView
 from .body import fields, json_type, time_field
@@ -109,43 +110,46 @@ class JobOps:
                 specs[i] = spec_of(raw, i)
             except InvalidInput as exc:
                 out[i] = Outcome(given_id(raw), 400, error=str(exc))
-        built = client.run(self._build(specs))
-        placed: dict[int, Job] = {}
-        first: dict[str, int] = {}
-        for i, job in built.items():
-            if isinstance(job, InvalidInput):
-                out[i] = Outcome(given_id(raws[i]), 400, error=str(job))
-            elif job.job_id in first:
-                out[i] = Outcome(job.job_id, 400, error=f"job #{i + 1}: id {job.job_id!r} is also job "
-                                                        f"#{first[job.job_id] + 1} of this request")
-            else:
-                first[job.job_id] = i
-                placed[i] = job
-        if placed:
-            ids = [job.job_id for job in placed.values()]
-            existing: dict[str, Job] = client.run(client.producer.retrying(lambda: call("get_many", ids)))
-            todo = []
-            for i, job in placed.items():
-                old = existing.get(job.job_id)
-                if old is not None and not same_job(old, job):
-                    out[i] = conflict(i, old)
+        # One producer span for the request (a child of its incoming traceparent, if any).
+        with producer_span("scheduler.schedule_many") as traceparent:
+            built = client.run(self._build(specs, traceparent))
+            placed: dict[int, Job] = {}
+            first: dict[str, int] = {}
+            for i, job in built.items():
+                if isinstance(job, InvalidInput):
+                    out[i] = Outcome(given_id(raws[i]), 400, error=str(job))
+                elif job.job_id in first:
+                    out[i] = Outcome(job.job_id, 400, error=f"job #{i + 1}: id {job.job_id!r} is also job "
+                                                            f"#{first[job.job_id] + 1} of this request")
                 else:
-                    todo.append(i)
-            written = client.run(client.producer.write_jobs([placed[i] for i in todo])) if todo else []
-            for i, stored in zip(todo, written, strict=True):
-                # Another request may have written this id since the read above.
-                out[i] = Outcome(stored.job_id, 201, stored) if same_job(stored, placed[i]) \
-                    else conflict(i, stored)
+                    first[job.job_id] = i
+                    placed[i] = job
+            if placed:
+                ids = [job.job_id for job in placed.values()]
+                existing: dict[str, Job] = client.run(client.producer.retrying(lambda: call("get_many", ids)))
+                todo = []
+                for i, job in placed.items():
+                    old = existing.get(job.job_id)
+                    if old is not None and not same_job(old, job):
+                        out[i] = conflict(i, old)
+                    else:
+                        todo.append(i)
+                written = client.run(client.producer.write_jobs([placed[i] for i in todo])) if todo else []
+                for i, stored in zip(todo, written, strict=True):
+                    # Another request may have written this id since the read above.
+                    out[i] = Outcome(stored.job_id, 201, stored) if same_job(stored, placed[i]) \
+                        else conflict(i, stored)
         return [o for o in out if o is not None]
 
-    def _build(self, specs: dict[int, JobSpec]) -> Steps[dict[int, Job | InvalidInput]]:
+    def _build(self, specs: dict[int, JobSpec],
+               traceparent: str | None = None) -> Steps[dict[int, Job | InvalidInput]]:
         """Each spec checked and placed by ``Producer.build`` (writes nothing), in one run
         of effects: the placed job, or why it was refused (``schedule_many``'s message)."""
         now = self.client.clock.now_ms()
         out: dict[int, Job | InvalidInput] = {}
         for i, spec in specs.items():
             try:
-                out[i] = yield from self.client.producer.build(spec, now)
+                out[i] = yield from self.client.producer.build(spec, now, traceparent)
             except InvalidInput as exc:
                 out[i] = InvalidInput(f"job #{i + 1} ({spec.job_id!r}): {exc}")
         return out

@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 
 from ..errors import ConfigError
+from ..observe import tracing
 from ..security import is_loopback
 from .common import StoreOpt, app, errors, fail, store_for
 from .console import bind, check_tls, parse_address
@@ -57,6 +58,7 @@ def api(
         try:
             st = store_for(store, for_loads=True)  # a missing embedded store is refused, not created
             try:
+                tracing.setup(process=True)  # OTLP, when configured: spans of the jobs written
                 client = Client(st, settings=Settings.from_env(), retry_s=STORE_RETRY_S)
             except BaseException:
                 st.close()
@@ -91,5 +93,6 @@ def api(
         signal.signal(signal.SIGTERM, previous)
         sock.close()
         client.close()
+        tracing.flush()
     if failure:
         fail(f"{failure} (check --address and the TLS files)")

@@ -30,6 +30,7 @@ from ..domain.model import Job
 from ..domain.netguard import AllowList
 from ..errors import GiveUp, InvalidInput, RetryLater
 from ..observe.metrics import PollerMetrics
+from ..observe.tracing import outgoing_traceparent
 from .httppool import Connector, Pool, Resolver, system_resolve
 
 # Bytes of a response body read at most (so that its connection can be used again);
@@ -75,9 +76,11 @@ class HttpTargets:
         return Pool(self.connector, self.max_connections)
 
     async def __call__(self, job: Job) -> None:
-        # The one place where headers beyond the payload's join a request: a trace's
-        # ``traceparent`` goes in ``extra_headers`` here.
-        await self.deliver(job, extra_headers=())
+        # The one place where headers beyond the payload's join a request: the attempt's
+        # ``traceparent`` (its span's, else the one stored with the job); it replaces one
+        # the payload may carry (``request_headers``).
+        tp = outgoing_traceparent(job)
+        await self.deliver(job, extra_headers=(("traceparent", tp),) if tp else ())
 
     async def deliver(self, job: Job, extra_headers: tuple[tuple[str, str], ...] = ()) -> None:
         """Make the job's request once. Returns when the target answered 2xx; raises

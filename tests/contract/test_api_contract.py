@@ -386,3 +386,12 @@ def restore_quietly(restore: Any) -> None:
     the file already back is fine."""
     with contextlib.suppress(OSError):
         restore()
+
+
+def test_an_incoming_traceparent_is_stored_with_the_job(api: Api):
+    tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    r = api.call("producer", "POST", "/v1/jobs", job(), headers={"traceparent": tp})
+    assert r.status_code == 201, r.text
+    assert api.client.get("j1").traceparent == tp
+    bad = api.call("producer", "POST", "/v1/jobs", job("j2"), headers={"traceparent": "00-zz"})
+    assert bad.status_code == 201 and api.client.get("j2").traceparent is None, "a bad header is ignored"

@@ -300,3 +300,19 @@ def test_slow_endpoints_beside_plain_handlers_hold_sockets_not_threads(sqlite_st
     assert rx.most_in_flight >= 150, rx.most_in_flight
     # The resolver's executor is never used for literal addresses: no thread per request.
     assert most_threads[0] - before <= 8, (before, most_threads[0])
+
+
+def test_the_request_carries_the_traceparent_stored_with_the_job(sqlite_store):
+    # Tracing off: the traceparent a producer stored (here from an incoming request's
+    # header) is the one the target receives, so its spans join the producer's trace.
+    from scheduler.observe import tracing
+
+    tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    with Receiver() as rx:
+        allow = parse_allow(f"127.0.0.1:{rx.port}")
+        jobs = [JobSpec("t", due(), "http", {"url": f"http://127.0.0.1:{rx.port}/hook"})]
+        with tracing.incoming(tp):
+            client, _ = run(sqlite_store, App(), jobs, producer_allow=allow, poller_allow=allow)
+    assert client.get("t").traceparent == tp
+    [req] = rx.requests
+    assert req.headers["traceparent"] == tp

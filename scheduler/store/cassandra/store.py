@@ -249,7 +249,8 @@ class CassandraStore(CassandraAsync, CassandraSchema, CassandraFiring, Cassandra
         # fired_at would otherwise make it read as fired, never to fire.
         rows = [("insert_bucket_row_full", (*done_bucket_params(new, None), ttl))]
         if bucket_key(old) != bucket_key(new):
-            rows.insert(0, ("insert_bucket_row_full", (*done_bucket_params(old, host_ms()), self._event_ttl())))
+            retired = done_bucket_params(old, host_ms())
+            rows.insert(0, ("insert_bucket_row_full", (*retired, self._event_ttl())))
         return [*rows, ("insert_job", (*job_params(new), ttl))]
 
     @dual
