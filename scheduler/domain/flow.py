@@ -1,9 +1,11 @@
 """Flow control, the pure rules: a kind's limits, the checks of a job's priority and key,
 and how a fleet-wide limit is split among the pollers. No I/O; the clock is passed in.
 
-A fleet-wide limit holds because every poller computes its part from the same snapshot of
-the demands the pollers publish (about once a second), and the parts sum to at most the
-limit. The split is max-min fair (water-filling), not proportional to demand: with a rate
+A fleet-wide limit holds because a poller's part falls at once but rises only into what
+the others' published parts leave free, and only once they have seen its last one
+(``rate_part``, ``slot_part``, ``may_raise``): pollers read at different moments, so
+their snapshots differ, and the raise rule, not a shared snapshot, keeps the sum within
+the limit. The split is max-min fair (water-filling), not proportional to demand: with a rate
 of 10/s, a poller holding 5 jobs of a small key and one holding a backlog of 10,000 get 5/s
 and 5/s, so the small key is not starved by where its shard happens to live. What the
 demanding pollers do not need is split equally among all of them, idle ones included, so a

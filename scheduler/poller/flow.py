@@ -2,8 +2,8 @@
 pauses (one store read), publishes its own demand for each limited kind (jobs due and
 waiting plus handlers running), reads every poller's, and sets its parts of each limit:
 a max-min fair share of the rate (``domain.flow.share``) and of the concurrency
-(``domain.flow.slots``). Every poller computes the same split from the same snapshot,
-so the parts sum to the limit; a change made with ``scheduler limits`` or ``kinds``
+(``domain.flow.slots``), raised only by ``domain.flow``'s raise rule, so the parts in
+force never sum over the limit; a change made with ``scheduler limits`` or ``kinds``
 reaches every poller within ``REFRESH_S`` plus a store read.
 
 Under failure: a failed read or publish is logged once (then summarised) and the last
@@ -213,7 +213,8 @@ class FlowControl:
                 metrics.held.labels(kind).set(queue.held(kind) if held is not None and held.paused else 0)
         self.settling = bool(settling)
         core.flow_ready.set()
-        self.recall()
+        if not core.stopping.is_set():  # a stopping poller queues nothing more
+            self.recall()
         return True
 
     def recall(self) -> int:
@@ -310,10 +311,13 @@ class FlowControl:
     def run(self) -> None:
         """The flow thread's body, until the poller stops."""
         core = self.core
-        while not core.stopping.is_set():
+        # On until the poller has stopped, not only until it stops starting jobs: while a
+        # graceful stop waits for running handlers, its rows must still count them, or
+        # the others would take their slots and run beside them over the limit.
+        while not core.stopped.is_set():
             try:
                 self.refresh()
             except Exception as exc:  # a stored value no check foresaw must not stop firing
                 self.fault.failed(f"{type(exc).__name__}: {exc}")
             # A part waiting to be seen is raised on the next round: soon, not in a second.
-            core.stopping.wait(SETTLE_S if self.settling else REFRESH_S)
+            core.stopped.wait(SETTLE_S if self.settling else REFRESH_S)

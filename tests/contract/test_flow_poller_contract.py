@@ -351,3 +351,33 @@ def test_a_kind_never_runs_more_than_its_concurrency(fstore):
         wait_until(lambda: len(runs.of("capped")) == 45 and len(runs.of("free")) == 30, 60, "all jobs")
     assert max_overlap(runs.of("capped")) == n, max_overlap(runs.of("capped"))
     assert max_overlap(runs.of("free")) > n, "the limit is the kind's, not the poller's"
+
+
+def test_a_stopping_poller_still_publishes_the_handlers_it_waits_for(fstore):
+    """A graceful stop waits for running handlers; until they end, the poller's row must
+    go on counting them, or the others would take their slots beside them."""
+    fstore.set_limits("capped", None, None, 2, None, now_ms())
+    write(fstore, specs("c", 2, now_ms() + LEAD_MS, "capped"))
+    release = threading.Event()
+    started: list[str] = []
+
+    def handler(job: Job) -> None:
+        started.append(job.job_id)
+        release.wait(30)
+
+    poller = Poller(fstore, App.for_function(handler), config=PollerConfig(check_clock=False), name="p0")
+    poller.start(range(SHARDS), epoch=1)
+    try:
+        wait_until(lambda: len(started) == 2, 30, "both handlers running")
+        stopper = threading.Thread(target=poller.stop, kwargs={"timeout_s": 30})
+        stop_ms = now_ms()
+        stopper.start()
+
+        def published_after_stop() -> bool:
+            rows = [d for d in fstore.demands(now_ms(), 60_000) if d.poller == "p0" and d.kind == "capped"]
+            return any(d.at_ms > stop_ms + 1000 and d.running == 2 for d in rows)
+
+        wait_until(published_after_stop, 10, "a publish, counting both handlers, after the stop began")
+    finally:
+        release.set()
+        poller.stop(timeout_s=10)

@@ -31,7 +31,7 @@ def publishing(store: Store, kind: str) -> set[str]:
 def test_a_fleet_wide_rate_holds_through_a_kill_9(fleet_env):  # noqa: F811
     """Three pollers share 20/s (burst 10) over a backlog of 700 jobs due at once; one is
     killed with -9 a third of the way through. Every job fires (only the dead poller's
-    last ones may fire twice); once its demand has aged out (3 s) and its shards are taken
+    last ones may fire twice); once its demand has aged out (5 s) and its shards are taken
     over (4 s session), the two left keep at least 0.6 of the rate; and no second,
     fleet-wide, has more starts than rate + burst: not as the backlog falls due on every
     poller at once, nor as the dead poller's part goes to the others."""
