@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from ..domain.effects import Steps, call
 from ..domain.model import Job
 from ..recurring.schedule import WRITE_TIME_SLACK_MS, Schedule, occurrence_id
+from . import repair
 
 if TYPE_CHECKING:
     from .producer import Producer
@@ -50,5 +51,5 @@ def write(producer: Producer, jobs: Sequence[Job]) -> Steps[list[Job]]:
         yield from producer.ensure_marks(far)
         written = min(now, *(j.due_ms for j in far)) - margin - WRITE_TIME_SLACK_MS
         yield from call("insert_once", far, written)
-        out += yield from producer.repair_slow_writes(far, {j.job_id for j in far}, now)
+        out += yield from repair.repair_slow_writes(producer, far, {j.job_id for j in far}, now)
     return out

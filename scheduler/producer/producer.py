@@ -253,8 +253,8 @@ class Producer:
             old = existing.get(job.job_id)
             if old is None:
                 result.append(job)
-            elif keep_existing or (old.due_ms == job.due_ms
-                                   and not (old.status is Status.PENDING and self.at_risk(old, now))):
+            elif keep_existing or (old.due_ms == job.due_ms and not (
+                    old.status is Status.PENDING and repair.at_risk(self.meta, old, now))):
                 # (An occurrence's row is the same row whoever writes it: moving one a
                 # poller may already hold would fire it twice.)
                 result.append(old)
@@ -287,7 +287,7 @@ class Producer:
         if progress and len(placed) > len(fresh):
             progress(len(placed) - len(fresh))
         written = {j.job_id for j in fresh} | {n.job_id for _, n in moved}
-        out = yield from self.repair_slow_writes(result, written, now)
+        out = yield from repair.repair_slow_writes(self, result, written, now)
         self.unsure.forget(unsure)  # written (a failed repair round noted its own)
         return out
 
@@ -297,13 +297,6 @@ class Producer:
         # Jitter is dropped: the job lands at now + margin, its earliest safe position.
         return (yield from self.place(job.job_id, job.kind, job.data, job.data_json, job.due_ms, 0,
                                       job.priority, job.key, now, traceparent=job.traceparent))
-
-    def at_risk(self, job: Job, ack_ms: int) -> bool:
-        return repair.at_risk(self.meta, job, ack_ms)
-
-    def repair_slow_writes(self, result: list[Job], written: set[str], started_ms: int) -> Steps[list[Job]]:
-        """See ``repair.repair_slow_writes``."""
-        return (yield from repair.repair_slow_writes(self, result, written, started_ms))
 
     def reschedule(self, job_id: str, due_at: datetime, jitter_s: float,
                    traceparent: str | None = None) -> Steps[Job]:

@@ -12,6 +12,7 @@ import pytest
 
 from scheduler import Client, JobSpec
 from scheduler.domain.clock import FakeClock
+from scheduler.producer import repair
 from tests.contract.test_poller_contract import T0, clock, pstore
 
 __all__ = ["clock", "pstore"]  # the fixtures, shared
@@ -47,7 +48,7 @@ def test_a_slow_write_moves_every_job_once_in_one_round(pstore, clock, monkeypat
         jobs = client.schedule_many(due_now(50))
     assert len(moves) == 1 and len(moves[0][0]) == 50, "one round, every job once"
     ack = clock.now_ms()
-    assert all(not client.producer.at_risk(j, ack) for j in jobs)
+    assert all(not repair.at_risk(client.producer.meta, j, ack) for j in jobs)
     assert {j.job_id: pstore.get(j.job_id).fire_ms for j in jobs} == {j.job_id: j.fire_ms for j in jobs}
     lines = [r for r in caplog.records if getattr(r, "action", "") == "slow_write_repaired"]
     assert len(lines) == 1 and lines[0].jobs == 50 and lines[0].rounds == 1
@@ -71,7 +72,7 @@ def test_only_a_slow_move_is_repeated(pstore, clock, monkeypatch):
     assert len(moves) == 2, "the first move was slower than its room: one more round"
     assert [len(m[0]) for m in moves] == [10, 10]
     ack = clock.now_ms()
-    assert all(not client.producer.at_risk(j, ack) for j in jobs)
+    assert all(not repair.at_risk(client.producer.meta, j, ack) for j in jobs)
     assert {j.job_id: pstore.get(j.job_id).fire_ms for j in jobs} == {j.job_id: j.fire_ms for j in jobs}
 
 
@@ -225,11 +226,11 @@ def test_a_failed_move_applied_after_its_retry_leaves_one_armed_row(pstore, cloc
         # its move of the at-risk rows fails.
         slow(pstore, clock, monkeypatch, "insert_many", [2.0])
 
-        def no_repair(result: Any, *_: Any) -> Any:
+        def no_repair(_producer: Any, result: Any, *_: Any) -> Any:
             return result
             yield  # a generator of no effects
 
-        monkeypatch.setattr(client.producer, "repair_slow_writes", no_repair)
+        monkeypatch.setattr(repair, "repair_slow_writes", no_repair)
         client.schedule_many(due_now(10))
         monkeypatch.undo()
         slow(pstore, clock, monkeypatch, "get_many", [2.0])
