@@ -8,7 +8,6 @@ line and exit 1, and the socket is bound here, not inside uvicorn.
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -17,8 +16,8 @@ import typer
 from ..errors import ConfigError
 from ..observe import tracing
 from ..security import is_loopback
-from .common import StoreOpt, app, errors, fail, store_for
-from .console import bind, check_tls, parse_address
+from .common import StoreOpt, app, errors, store_for
+from .console import bind, check_tls, parse_address, serve
 
 # How long one request rides out store errors before it answers 503 (a producer's
 # default is 10 s; a caller of an HTTP API is better served by a quick 503 it can retry).
@@ -43,7 +42,7 @@ def api(
     logs.setup(json_output=log_json)
     with errors():
         try:
-            import uvicorn
+            import uvicorn  # noqa: F401  (the extra is there, before the socket is bound)
 
             from ..api.app import build
             from ..api.tokens import Tokens
@@ -74,25 +73,4 @@ def api(
     if not tls_cert and not is_loopback(host):
         typer.echo(f"warning: plain HTTP on {host}: bearer tokens cross the network in the clear; add "
                    "--tls-cert/--tls-key or serve behind a TLS proxy", err=True)
-    config = uvicorn.Config(build(client, tokens), log_level="warning", access_log=False,
-                            ssl_certfile=str(tls_cert) if tls_cert else None,
-                            ssl_keyfile=str(tls_key) if tls_key else None)
-    server = uvicorn.Server(config)
-    failure = None
-    # As for the console: SIGTERM stops uvicorn gracefully and ends in exit 0.
-    previous = signal.signal(signal.SIGTERM, lambda *_: setattr(server, "should_exit", True))
-    try:
-        server.run(sockets=[sock])
-    except KeyboardInterrupt:
-        pass  # uvicorn stopped cleanly, then passed SIGINT on: a normal stop
-    except SystemExit:  # uvicorn's exit on a failed start (its code 3 means something else here)
-        failure = "the API did not start (see the lines above)"
-    except Exception as exc:  # one line, never a traceback
-        failure = f"the API stopped: {type(exc).__name__}: {exc}"
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        sock.close()
-        client.close()
-        tracing.flush()
-    if failure:
-        fail(f"{failure} (check --address and the TLS files)")
+    serve(build(client, tokens), sock, tls_cert, tls_key, "the API", on_stop=[client.close, tracing.flush])

@@ -14,8 +14,9 @@ import errno
 import signal
 import socket
 import ssl
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -49,7 +50,7 @@ def console(
     logs.setup(json_output=False)
     with errors():
         try:
-            import uvicorn
+            import uvicorn  # noqa: F401  (the extra is there, before the socket is bound)
 
             from ..console.app import build
             from ..console.guard import Guard
@@ -86,7 +87,17 @@ def console(
     # On a loopback address only loopback Host names are answered (no DNS rebinding);
     # on any other, the operator's proxy or network decides which names reach it.
     app = build(client, fleet, Guard(token, allow_actions), loopback_hosts=is_loopback(host))
-    config = uvicorn.Config(app, log_level="warning",
+    serve(app, sock, tls_cert, tls_key, "the console", on_stop=[fleet.stop, client.close])
+
+
+def serve(asgi: Any, sock: socket.socket, tls_cert: Path | None, tls_key: Path | None, what: str,
+          on_stop: list[Callable[[], object]]) -> None:
+    """Serve ``asgi`` with uvicorn on ``sock`` until SIGTERM or SIGINT (exit 0 then),
+    then close the socket and call ``on_stop`` in order. A failed start or a crash of the
+    server ends in one ``error:`` line naming ``what``, never a traceback."""
+    import uvicorn
+
+    config = uvicorn.Config(asgi, log_level="warning",
                             access_log=False, ssl_certfile=str(tls_cert) if tls_cert else None,
                             ssl_keyfile=str(tls_key) if tls_key else None)
     server = uvicorn.Server(config)
@@ -100,14 +111,14 @@ def console(
     except KeyboardInterrupt:
         pass  # uvicorn stopped cleanly, then passed SIGINT on: a normal stop, as for SIGTERM
     except SystemExit:  # uvicorn's exit on a failed start (its code 3 means something else here)
-        failure = "the console did not start (see the lines above)"
+        failure = f"{what} did not start (see the lines above)"
     except Exception as exc:  # one line, never a traceback
-        failure = f"the console stopped: {type(exc).__name__}: {exc}"
+        failure = f"{what} stopped: {type(exc).__name__}: {exc}"
     finally:
         signal.signal(signal.SIGTERM, previous)
         sock.close()
-        fleet.stop()
-        client.close()
+        for stop in on_stop:
+            stop()
     if failure:
         fail(f"{failure} (check --address and the TLS files)")
 
