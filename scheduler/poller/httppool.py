@@ -76,8 +76,12 @@ class Connector:
         self.allow, self.tls, self.resolve = allow, tls, resolve
 
     async def connect(self, scheme: str, host: str, port: int) -> Connection:
-        """A connection to ``host``: ``TargetRefused`` when the guard refuses it,
+        """A connection to ``host`` (an IPv6 address without brackets; an IDN in either
+        form, checked in its xn-- one): ``TargetRefused`` when the guard refuses it,
         ``httpx.ConnectError`` when no checked address can be reached."""
+        if not host.isascii():  # an IDN as ``httpx.URL.host`` gives it: its xn-- form is checked
+            with contextlib.suppress(httpx.InvalidURL, UnicodeError):
+                host = httpx.URL(scheme="http", host=host).raw_host.decode("ascii")
         try:
             name, literal = parse_host(host)
         except InvalidInput as exc:
@@ -205,7 +209,9 @@ class Pool:
         """Make one request: its status, headers and first ``keep`` bytes of body (up to
         ``most`` bytes are read so that the connection can serve again). Raises
         ``TargetRefused`` or one of httpx's errors (``ConnectError``, ``ReadError``...)."""
-        key = (url.scheme, url.host, url.port or (443 if url.scheme == "https" else 80))
+        # The host as sent (``raw_host``: an IDN in its xn-- form, as the producer checked
+        # it); ``url.host`` is decoded to Unicode, which the guard rightly refuses.
+        key = (url.scheme, url.raw_host.decode("ascii"), url.port or (443 if url.scheme == "https" else 80))
         retried = False
         while True:
             conn = await self._acquire(key)

@@ -192,6 +192,28 @@ def test_an_allowed_name_reaches_the_receiver_through_the_system_resolver(sqlite
     assert req.headers["host"] == f"localhost:{rx.port}" and req.target == "/hook"
 
 
+def test_an_idn_target_is_resolved_allowed_and_called_by_its_xn_name(sqlite_store):
+    """The producer takes an IDN in its xn-- form; the poller resolves, checks (the allow
+    list names it so) and calls that same name, never httpx's Unicode rendering of it."""
+    asked: list[str] = []
+
+    async def resolve(host: str, port: int) -> list[Address]:
+        asked.append(host)
+        return [ip_address("127.0.0.1")]
+
+    def setup(poller: Poller) -> None:
+        poller.http.connector.resolve = resolve
+
+    with Receiver() as rx:
+        jobs = [JobSpec("idn", due(), "http", {"url": f"http://xn--bcher-kva.example:{rx.port}/hook"})]
+        client, _ = run(sqlite_store, App(), jobs, producer_allow=AllowList(),
+                        poller_allow=parse_allow("xn--bcher-kva.example"), setup=setup)
+    job = client.get("idn")
+    assert job.status is Status.FIRED, job.last_error
+    [req] = rx.requests
+    assert req.headers["host"] == f"xn--bcher-kva.example:{rx.port}" and asked == ["xn--bcher-kva.example"]
+
+
 def test_a_refused_target_is_refused_when_scheduled_and_nothing_is_written(sqlite_store, tmp_path):
     client = Client(sqlite_store, settings=Settings())
     before = sqlite_dump(sqlite_store.url)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from ipaddress import ip_address
 from typing import Any
 
 import httpx
@@ -188,3 +189,43 @@ def test_a_refused_port_is_a_connect_error_and_a_refused_address_never_connects(
 
     asyncio.run(main())
 
+
+
+def test_an_idn_host_is_resolved_checked_and_connected_to_by_its_ascii_name():
+    """httpx decodes an xn-- host to Unicode (``URL.host``); the guard takes only the
+    ASCII form, which the producer accepted: the pool must hand it that one."""
+    asked: list[str] = []
+
+    async def loopback(host: str, port: int) -> list[Any]:
+        asked.append(host)
+        return [ip_address("127.0.0.1")]
+
+    async def main(port: int) -> None:
+        p = Pool(Connector(ALLOW, resolve=loopback), 2)
+        url = httpx.URL(f"http://xn--bcher-kva.example:{port}/")
+        headers = [("Host", url.netloc.decode("ascii")), ("Content-Length", "1")]
+        reply = await p.request("POST", url, headers, b"x", keep=200, most=64 * 1024)
+        assert reply.status == 200
+        await p.aclose()
+
+    with Receiver() as rx:
+        asyncio.run(main(rx.port))
+    assert asked == ["xn--bcher-kva.example"] and len(rx.requests) == 1
+
+
+
+def test_the_connector_checks_an_idn_given_in_unicode_by_its_ascii_name():
+    asked: list[str] = []
+
+    async def loopback(host: str, port: int) -> list[Any]:
+        asked.append(host)
+        return [ip_address("127.0.0.1")]
+
+    async def main(port: int) -> None:
+        connector = Connector(ALLOW, resolve=loopback)
+        conn = await connector.connect("http", httpx.URL("http://xn--bcher-kva.example/").host, port)
+        conn.abort()
+
+    with Receiver() as rx:
+        asyncio.run(main(rx.port))
+    assert asked == ["xn--bcher-kva.example"]
