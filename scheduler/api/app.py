@@ -23,6 +23,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -49,6 +50,24 @@ Work = Callable[[Request, Caller | None], Awaitable[Response]]
 UNMATCHED = "unmatched"  # the route label of a request no route matched
 CHALLENGE = {"www-authenticate": 'Bearer realm="scheduler"'}
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+class AnyId(Convertor[str]):
+    """An id in a path: any text, line breaks included. Starlette's ``path`` (``.*``)
+    stops at a newline, and its ``$`` matches before a final one, so ``/v1/jobs/ab%0A``
+    would name the job ``ab``; ``[\\s\\S]`` matches every character."""
+
+    regex = r"[\s\S]*"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+ANY_ID = "scheduler_any_id"
+register_url_convertor(ANY_ID, AnyId())
 
 
 def build(client: Client, tokens: Tokens, metrics: ApiMetrics | None = None) -> Starlette:
@@ -100,7 +119,9 @@ def build(client: Client, tokens: Tokens, metrics: ApiMetrics | None = None) -> 
             response = await guarded(request, path, permission, work)
             count(method, path, response.status_code, started)
             return response
-        return Route(path, endpoint, methods=[method])
+        # ``path`` stays the route's label (metrics, logs: the documented ``{id:path}``);
+        # the route itself matches any id.
+        return Route(path.replace("{id:path}", f"{{id:{ANY_ID}}}"), endpoint, methods=[method])
 
     def the_id(request: Request) -> str:
         return str(request.path_params["id"])
