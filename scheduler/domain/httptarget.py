@@ -29,7 +29,7 @@ from ipaddress import IPv4Address
 from urllib.parse import quote
 
 from ..errors import InvalidInput
-from .netguard import Address, AllowList, guard, parse_host, parse_port
+from .netguard import Address, AllowList, guard, host_port, parse_host, parse_port
 
 HTTP_KIND = "http"
 # How long one request may take unless ``App.http_targets(timeout_s=...)`` says otherwise.
@@ -197,7 +197,7 @@ def schedule_refusal(target: Target, allow: AllowList) -> str | None:
     why = None if addr is None else guard(target.host, target.port, addr, allow)
     if why is None:
         return None
-    return (f"http target {target.host}:{target.port} refused: {why} (an address off the public "
+    return (f"http target {host_port(target.host, target.port)} refused: {why} (an address off the public "
             "Internet; list it in SCHEDULER_HTTP_ALLOW if the target is meant)")
 
 

@@ -153,6 +153,11 @@ def parse_host(host: str) -> tuple[str, Address | None]:
     return str(addr4), addr4
 
 
+def host_port(host: str, port: int) -> str:
+    """``host:port`` as a URL writes it: an IPv6 address in brackets (``[::1]:80``)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def _show(text: str) -> str:
     return repr(text if len(text) <= 80 else text[:80] + "...")
 

@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 import h11
 import httpx
 
-from ..domain.netguard import Address, AllowList, guard, parse_host
+from ..domain.netguard import Address, AllowList, guard, host_port, parse_host
 from ..errors import GiveUp, InvalidInput
 
 Resolver = Callable[[str, int], Awaitable[list[Address]]]
@@ -92,7 +92,8 @@ class Connector:
         for addr in addresses:
             why = guard(name, port, addr, self.allow)
             if why is not None:
-                raise TargetRefused(f"http target {name}:{port} refused: {why} (an address off the public "
+                where = host_port(name, port)
+                raise TargetRefused(f"http target {where} refused: {why} (an address off the public "
                                     "Internet; list it in SCHEDULER_HTTP_ALLOW if the target is meant)")
         failure: OSError | None = None
         tls = None

@@ -27,7 +27,7 @@ from ..domain.clock import Clock
 from ..domain.httpoutcome import ERROR_BODY_BYTES, classify, code_class, printable
 from ..domain.httptarget import parse_target, request_headers, sign
 from ..domain.model import Job
-from ..domain.netguard import AllowList
+from ..domain.netguard import AllowList, host_port
 from ..errors import GiveUp, InvalidInput, RetryLater
 from ..observe.metrics import PollerMetrics
 from ..observe.tracing import outgoing_traceparent
@@ -103,7 +103,7 @@ class HttpTargets:
         if own and self._pool is None:
             self._pool = self._new_pool()
         pool = self._pool if own and self._pool is not None else self._new_pool()
-        where = f"{target.host}:{target.port}"
+        where = host_port(target.host, target.port)
         status: int | None = None
         started = time.perf_counter()
         try:

@@ -14,8 +14,13 @@ import httpx
 import pytest
 
 from bench.receiver import Receiver, Reply
+from scheduler.domain.clock import SystemClock
+from scheduler.domain.model import Job
 from scheduler.domain.netguard import parse_allow
+from scheduler.errors import RetryLater
+from scheduler.observe.metrics import PollerMetrics
 from scheduler.poller.httppool import Connector, Pool, TargetRefused
+from scheduler.poller.httptargets import HttpTargets
 
 ALLOW = parse_allow("127.0.0.0/8")
 
@@ -229,3 +234,17 @@ def test_the_connector_checks_an_idn_given_in_unicode_by_its_ascii_name():
     with Receiver() as rx:
         asyncio.run(main(rx.port))
     assert asked == ["xn--bcher-kva.example"]
+
+
+
+def test_an_ipv6_target_is_named_in_brackets_when_refused_or_unreachable():
+    async def main() -> None:
+        with pytest.raises(TargetRefused, match=r"^http target \[::1\]:1 refused: ::1 \(loopback\)"):
+            await Connector(parse_allow("")).connect("http", "::1", 1)
+        targets = HttpTargets(allow=parse_allow("::1"), secret=b"s" * 32, metrics=PollerMetrics(),
+                              clock=SystemClock(), timeout_s=5, max_connections=1)
+        job = Job("j", "http", b'{"url": "http://[::1]:1/"}', True, 0, 0, 0, 0)
+        with pytest.raises(RetryLater, match=r"^ConnectError: \[::1\]:1: "):  # nothing listens on port 1
+            await targets.deliver(job)
+
+    asyncio.run(main())

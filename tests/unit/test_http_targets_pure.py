@@ -30,7 +30,7 @@ from scheduler.domain.httptarget import (
     verify,
 )
 from scheduler.domain.model import Job
-from scheduler.domain.netguard import AllowList, guard, parse_allow, refusal
+from scheduler.domain.netguard import AllowList, guard, host_port, parse_allow, refusal
 from scheduler.errors import ConfigError, GiveUp, InvalidInput, RetryLater
 from scheduler.settings import Settings, http_allow, http_signing_secret
 
@@ -170,6 +170,16 @@ def test_literal_and_localhost_targets_are_refused_when_scheduled_unless_allowed
     check_schedulable({"url": "http://localhost/"}, parse_allow("localhost"))
     check_schedulable({"url": "http://8.8.8.8/"}, AllowList())
     check_schedulable({"url": "http://internal.example/"}, AllowList())  # a name: checked when it runs
+
+
+
+def test_an_ipv6_target_is_named_in_brackets_in_its_refusal():
+    with pytest.raises(InvalidInput) as err:
+        check_schedulable({"url": "http://[::1]:8080/"}, AllowList())
+    assert "http target [::1]:8080 refused: ::1 (loopback) is refused" in str(err.value)
+    with pytest.raises(InvalidInput, match=r"http target 127\.0\.0\.1:80 refused"):
+        check_schedulable({"url": "http://127.0.0.1/"}, AllowList())
+    assert host_port("::1", 80) == "[::1]:80" and host_port("a.example", 443) == "a.example:443"
 
 
 def test_the_signature_is_hmac_sha256_of_t_dot_body_and_verifies_within_its_window():
