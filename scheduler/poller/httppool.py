@@ -44,6 +44,7 @@ Resolver = Callable[[str, int], Awaitable[list[Address]]]
 KEEPALIVE_S = 5.0
 READ_BYTES = 65536
 Key = tuple[str, str, int]
+CLOSED_EARLY = "the server closed the connection before a full response"
 
 
 class TargetRefused(GiveUp):
@@ -119,6 +120,7 @@ class Connection:
         self.h11 = h11.Connection(h11.CLIENT)
         self.idle_since = time.monotonic()
         self.answered = False  # a byte of a response came: a failure is no stale keep-alive
+        self.headed = False  # the final response's head came
 
     def reusable(self) -> bool:
         """Idle, not past its keep-alive, and not closed by the server meanwhile."""
@@ -129,7 +131,7 @@ class Connection:
     async def send(self, method: str, target: bytes, headers: list[tuple[str, str]],
                    body: bytes) -> h11.Response:
         """Send a request and read up to its response's head (past any 1xx)."""
-        self.answered = False
+        self.answered = self.headed = False
         data = self.h11.send(h11.Request(method=method, target=target, headers=headers)) or b""
         if body:
             data += self.h11.send(h11.Data(data=body)) or b""
@@ -142,6 +144,7 @@ class Connection:
         while True:
             event = await self.next_event()
             if isinstance(event, h11.Response):
+                self.headed = True
                 return event
 
     async def read_body(self, keep: int, most: int) -> bytes:
@@ -163,10 +166,15 @@ class Connection:
             try:
                 event = self.h11.next_event()
             except h11.RemoteProtocolError as exc:
+                # Closed before the head (nothing, a 1xx, part of the head): h11 words
+                # that in its own terms ("can't handle event type ConnectionClosed when
+                # role=SERVER..."), which tell a user nothing.
+                if self.reader.at_eof() and not self.headed:
+                    raise httpx.RemoteProtocolError(CLOSED_EARLY) from None
                 raise httpx.RemoteProtocolError(f"the response breaks HTTP/1.1: {exc}") from None
             if event is not h11.NEED_DATA:
                 if isinstance(event, h11.ConnectionClosed):
-                    raise httpx.RemoteProtocolError("the server closed the connection before it answered")
+                    raise httpx.RemoteProtocolError(CLOSED_EARLY)
                 return event
             try:
                 data = await self.reader.read(READ_BYTES)

@@ -19,7 +19,7 @@ from scheduler.domain.model import Job
 from scheduler.domain.netguard import parse_allow
 from scheduler.errors import RetryLater
 from scheduler.observe.metrics import PollerMetrics
-from scheduler.poller.httppool import Connector, Pool, TargetRefused
+from scheduler.poller.httppool import CLOSED_EARLY, Connector, Pool, TargetRefused
 from scheduler.poller.httptargets import HttpTargets
 
 ALLOW = parse_allow("127.0.0.0/8")
@@ -178,6 +178,33 @@ def test_a_broken_response_fails_as_an_httpx_error(response, error):
         with pytest.raises(error):
             await get(p, port)
         await p.aclose()
+
+    raw_server(serve, test)
+
+
+
+@pytest.mark.parametrize("response", [b"", b"HTTP/1.1 100 Continue\r\n\r\n", b"HTTP/1.1 200 OK\r\nCont"])
+def test_a_server_closing_before_a_full_response_is_one_plain_line(response):
+    """Not h11's "can't handle event type ConnectionClosed when role=SERVER...": the job's
+    error says what happened, and it is retried (an httpx transport error)."""
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(response)
+        await writer.drain()
+        writer.close()
+
+    async def test(port: int) -> None:
+        p = pool()
+        with pytest.raises(httpx.RemoteProtocolError) as err:
+            await get(p, port)
+        assert str(err.value) == CLOSED_EARLY == "the server closed the connection before a full response"
+        await p.aclose()
+        targets = HttpTargets(allow=ALLOW, secret=b"s" * 32, metrics=PollerMetrics(), clock=SystemClock(),
+                              timeout_s=5, max_connections=1)
+        job = Job("j", "http", b'{"url": "http://127.0.0.1:%d/"}' % port, True, 0, 0, 0, 0)
+        with pytest.raises(RetryLater) as retry:
+            await targets.deliver(job)
+        assert str(retry.value) == f"RemoteProtocolError: 127.0.0.1:{port}: {CLOSED_EARLY}"
 
     raw_server(serve, test)
 
