@@ -106,7 +106,8 @@ def ops_default(script: str, variable: str) -> str:
 def test_compose_has_the_whole_topology():
     services = compose()["services"]
     assert set(services) == {"cassandra", "zookeeper", "schema", "poller-1", "poller-2", "poller-3",
-                             "poller-4", "exporter", "console", "api", "api-tokens", "prometheus", "grafana"}
+                             "poller-4", "exporter", "console", "api", "api-tokens", "http-signing-secret",
+                             "prometheus", "grafana"}
 
 
 def test_compose_servers_match_the_ops_scripts():
@@ -153,6 +154,42 @@ def test_compose_commands_are_valid_scheduler_commands():
         Settings.from_env(svc.get("environment", {})).require_store()
         checked += 1
     assert checked == 8  # schema, four pollers (one with --processes 2), exporter, console, api
+
+
+def test_compose_pollers_sign_http_requests_with_a_secret_made_once_in_a_volume(tmp_path):
+    """Every poller names a signing secret file (else every http job is retried until
+    dead), in a volume it mounts read-only, made before it starts by the one-shot service
+    that owns the volume; that service's command makes a secret the pollers accept, once."""
+    from scheduler.settings import http_signing_secret
+
+    services = compose()["services"]
+    maker = services["http-signing-secret"]
+    [mount] = maker["volumes"]
+    volume, folder = mount.split(":")
+    assert volume in compose()["volumes"]
+    pollers = [name for name in services if name.startswith("poller-")]
+    assert len(pollers) == 4
+    for name in pollers:
+        svc = services[name]
+        path = svc["environment"]["SCHEDULER_HTTP_SIGNING_SECRET_FILE"]
+        assert f"{volume}:{folder}:ro" in svc["volumes"] and path.startswith(folder + "/"), name
+        assert svc["depends_on"]["http-signing-secret"] == {"condition": "service_completed_successfully"}
+        assert "schema" in svc["depends_on"] and svc["environment"]["SCHEDULER_STORE"], name
+    script = maker["command"][2].replace(folder, str(tmp_path))
+    assert maker["command"][:2] == ["sh", "-c"] and str(tmp_path) in script
+    subprocess.run(["sh", "-c", script], check=True, timeout=30)
+    made = tmp_path / path.rsplit("/", 1)[1]
+    secret = http_signing_secret(str(made))
+    assert len(secret) == 64 and (made.stat().st_mode & 0o077) == 0
+    subprocess.run(["sh", "-c", script], check=True, timeout=30)
+    assert http_signing_secret(str(made)) == secret, "a second start must keep the secret"
+    comment = (ROOT / "docker-compose.yml").read_text().split("services:")[0]
+    assert "cat /run/http/signing-secret" in comment
+
+
+def test_the_image_has_the_extras_of_every_service_and_tracing():
+    extras = re.search(r'pip install --no-cache-dir "\.\[([a-z,]+)\]"', (ROOT / "Dockerfile").read_text())
+    assert extras and set(extras.group(1).split(",")) == {"console", "api", "tracing"}
 
 
 def test_compose_prometheus_and_grafana_use_the_repo_files():
