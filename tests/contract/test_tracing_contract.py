@@ -268,6 +268,25 @@ def test_an_incoming_traceparent_is_the_parent_of_the_producer_span(pstore, cloc
     assert job.traceparent == traceparent_of(produced)
 
 
+
+def test_the_http_apis_requests_make_the_spans_docs_tracing_md_names(pstore, clock, spans):
+    """One job over POST /v1/jobs is a ``scheduler.schedule_many`` span (the API writes
+    every job through one path), PATCH a ``scheduler.reschedule``, DELETE a ``scheduler.cancel``."""
+    from tests.apihelp import Api
+
+    exporter, _ = spans
+    api = Api(Client(pstore, clock=clock))
+    at = (T0 + timedelta(minutes=5)).isoformat()
+    assert api.call("producer", "POST", "/v1/jobs", {"id": "a1", "at": at, "kind": "k"},
+                    headers={"traceparent": INCOMING}).status_code == 201
+    later = (T0 + timedelta(minutes=9)).isoformat()
+    assert api.call("producer", "PATCH", "/v1/jobs/a1", {"at": later}).is_success
+    assert api.call("producer", "DELETE", "/v1/jobs/a1").is_success
+    assert [s.name for s in exporter.get_finished_spans()] == [
+        "scheduler.schedule_many", "scheduler.reschedule", "scheduler.cancel"]
+    assert_child(named(exporter, "scheduler.schedule_many")[0], INCOMING)
+
+
 def test_a_v009_store_refuses_until_schema_apply_then_old_rows_run_untraced(store_kind, request, tmp_path,
                                                                              clock, spans):
     exporter, _ = spans
