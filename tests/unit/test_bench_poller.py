@@ -1,11 +1,58 @@
 """The poller benchmarks' arithmetic (bench/poller.py, bench/fire.py) and their lines in the
-report: the fire_throughput figures with the read-only loop."""
+report: the lateness step's window and wait, its figures with unfired jobs, and the
+fire_throughput figures with the read-only loop."""
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from bench.common import driver
 from bench.fire import fire_figures
+from bench.poller import LATENESS_GRACE_S, lateness_figures, lateness_window
 from bench.run import QUICK, entry, markdown
+
+
+@given(now_s=st.floats(min_value=1.7e9, max_value=1.9e9), seconds=st.integers(min_value=1, max_value=120),
+       width_s=st.sampled_from([10, 60, 300]))
+def test_the_lateness_window_straddles_a_boundary_ahead_of_the_late_margin(now_s, seconds, width_s):
+    start, end = lateness_window(now_s, 3.0, width_s, seconds)
+    assert end - start == seconds
+    boundary = (start + end) / 2
+    assert boundary % width_s == 0
+    assert start >= now_s + 3.0 + 10  # every job is placed at its due time, not pushed later
+    assert end - now_s <= 3.0 + 10 + seconds + width_s  # and the wait for it is bounded
+
+
+def test_the_window_can_end_later_than_the_old_wait_of_seconds_plus_60():
+    # Just after a boundary, the next one is a whole width away: with 10 s of jobs the
+    # last is due 82.5 s after scheduling, past the old wait (poller start + 70 s) that
+    # left 2,500 of 10,000 jobs unfired. The wait now ends after the last job is due.
+    now_s = 1_800_000_000 - 17.5  # a multiple of 60, less 17.5 s
+    end = lateness_window(now_s, 3.0, 60, 10)[1]
+    assert end - now_s == 82.5 > 10 + 60
+    assert 0 < LATENESS_GRACE_S <= 60  # the wait after it stays bounded
+
+
+def test_unfired_jobs_fail_the_lateness_step_and_are_located():
+    fired = {i: 5.0 for i in range(7491)}
+    r = lateness_figures(10_000, 1000, fired, 0)
+    assert r["fired"] == 7491 and r["unfired"] == 2509 and r["unfired_due_s"] == [7.491, 9.999]
+    assert r["p99_ms"] == 5.0 and r["met"] is False
+
+
+def test_every_job_fired_once_meets_the_step_and_duplicates_do_not():
+    fired = {i: float(i % 40) for i in range(1000)}
+    r = lateness_figures(1000, 1000, fired, 0)
+    assert r["unfired"] == 0 and r["unfired_due_s"] is None
+    assert (r["p50_ms"], r["p99_ms"], r["max_ms"]) == (20.0, 39.0, 39.0) and r["met"] is True
+    assert lateness_figures(1000, 1000, fired, 1)["met"] is False
+    assert lateness_figures(1000, 1000, {i: 60.0 for i in range(1000)}, 0)["met"] is False
+
+
+def test_nothing_fired_is_reported_not_a_crash():
+    r = lateness_figures(100, 10, {}, 0)
+    assert r["fired"] == 0 and r["unfired"] == 100 and r["p99_ms"] is None and r["met"] is False
 
 
 def test_fire_figures_report_the_read_only_floor_as_median_ratios():
