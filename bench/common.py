@@ -91,9 +91,31 @@ def timed(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - t0
 
 
+def driver() -> dict[str, Any]:
+    """The Cassandra driver's version and whether its Cython extensions are in use: without
+    them the same version encodes requests and decodes rows in pure Python, on the same
+    CPU the poller needs, so a throughput figure is read together with this."""
+    import importlib
+
+    import cassandra
+    from cassandra import protocol
+    from cassandra.cython_deps import HAVE_CYTHON
+
+    # The modules on the fire path; each is compiled only when the wheel was built with
+    # Cython (a .so next to its .py), and falls back to the .py silently otherwise.
+    names = ("cluster", "connection", "protocol", "query", "concurrent", "cqltypes", "util")
+    files = [str(getattr(importlib.import_module(f"cassandra.{n}"), "__file__", "")) for n in names]
+    compiled = [f for f in files if f.endswith((".so", ".pyd"))]
+    # What a session decodes rows with unless told otherwise (the store does not).
+    handler = protocol.ProtocolHandler.__name__
+    return {"version": cassandra.__version__, "compiled_modules": f"{len(compiled)}/{len(names)}",
+            "compiled": len(compiled) == len(names),
+            "cython_row_parser": bool(HAVE_CYTHON) and handler == "CythonProtocolHandler"}
+
+
 def machine() -> dict[str, Any]:
     return {"cpus": os.cpu_count(), "python": platform.python_version(),
-            "platform": platform.platform()}
+            "platform": platform.platform(), "cassandra_driver": driver()}
 
 
 def report(result: dict[str, Any], as_json: bool) -> None:

@@ -38,7 +38,7 @@ from bench import recurring as recurring_bench
 from bench import storage as storage_bench
 from bench import tracing as tracing_bench
 from bench import zkmodel as zkmodel_bench
-from bench.common import drop, fresh_store, settle
+from bench.common import driver, drop, fresh_store, settle
 
 SHARDS = poller_bench.SHARDS
 
@@ -122,7 +122,7 @@ def machine_facts() -> dict[str, Any]:
     except OSError:
         pass
     return {"cpus": os.cpu_count(), "cpu_model": cpu, "memory_gib": round(mem_gib, 1),
-            "platform": platform.platform()}
+            "platform": platform.platform(), "cassandra_driver": driver()}
 
 
 def run_all(args: argparse.Namespace, sizes: Sizes) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -419,6 +419,7 @@ def markdown(report: dict[str, Any]) -> str:
              f"- date: {report['date']}", f"- command: `{report['command']}`",
              f"- machine: {report['machine']['cpus']} cores ({report['machine']['cpu_model']}), "
              f"{report['machine']['memory_gib']} GiB, {report['machine']['platform']}",
+             f"- Cassandra driver: {_driver_line(report['machine'].get('cassandra_driver'))}",
              "- versions: " + ", ".join(f"{k} {v}" for k, v in report["versions"].items()),
              "- sizes: " + ", ".join(f"{k} {fmt(v)}" for k, v in report["sizes"].items()),
              f"- total time: {report['seconds']:.0f} s", "",
@@ -434,7 +435,10 @@ def markdown(report: dict[str, Any]) -> str:
                       "the ratio is the median of the rounds' ratios ("
                   + ", ".join(fmt(r["ratio"]) for r in d["per_round"]) + "). Against a bare loop that "
                   f"also skips the driver's per-row binding, as the poller does: "
-                  f"{fmt(d.get('ratio_vs_fast_bind_loop'))}."]
+                  f"{fmt(d.get('ratio_vs_fast_bind_loop'))}. A loop doing only the reads: "
+                  f"{fmt(d.get('read_only_jobs_per_s'))} jobs/s (poller / read-only "
+                  f"{fmt(d.get('ratio_poller_vs_read_only'))}, read-and-record / read-only "
+                  f"{fmt(d.get('ratio_bare_vs_read_only'))})."]
     lines += _flow_notes(report["results"])
     peer = report["results"].get("peer_postgres")
     if peer:
@@ -454,6 +458,13 @@ def markdown(report: dict[str, Any]) -> str:
     lines += ["", "Plots: " + ", ".join(f"[{p}]({p})" for p in report["plots"]), "",
               "Details of every figure are in report.json."]
     return "\n".join(lines) + "\n"
+
+
+def _driver_line(d: dict[str, Any] | None) -> str:
+    if not d:
+        return "not recorded"
+    return (f"{d['version']}, compiled modules {d['compiled_modules']}, "
+            f"Cython row parser {'on' if d['cython_row_parser'] else '**off**'}")
 
 
 def _flow_notes(results: dict[str, Any]) -> list[str]:
