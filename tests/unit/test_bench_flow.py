@@ -25,7 +25,9 @@ def test_rate_figures_at_the_limit_with_a_burst():
 
 def test_markdown_shows_the_window_peak_and_the_rounds():
     rate = {"max_in_1s": 302, "limit_plus_burst": 220.0, "per_second": [302, 217, 199]}
-    over = {"per_round": [{"limited": 8, "unlimited": 10, "ratio": r} for r in (0.8, 0.75, 0.9)]}
+    pairs = ((0.8, 1.1), (0.75, 0.7), (0.9, 1.2))
+    over = {"per_round": [{"cpu_ratio": r, "wall_ratio": w} for r, w in pairs],
+            "wall_clock_ratio": 1.1}
     report = {"quick": True, "date": "2026-12-04T00:00:00+00:00", "command": "ops/bench --quick",
               "machine": {"cpus": 2, "cpu_model": "x", "memory_gib": 24, "platform": "linux"},
               "versions": {}, "sizes": QUICK.__dict__, "seconds": 1.0, "plots": [],
@@ -35,7 +37,8 @@ def test_markdown_shows_the_window_peak_and_the_rounds():
                           "key_fairness": entry(7.0, "ms", 2.0, "alone", "g", True, {})}}
     text = markdown(report)
     assert "at most 302 starts in any 1 s (limit + burst: 220)" in text
-    assert "302, 217, 199" in text and "rounds' ratios (0.8, 0.75, 0.9)" in text
+    assert "302, 217, 199" in text and "ratios of jobs per CPU-second (0.8, 0.75, 0.9)" in text
+    assert "of wall-clock jobs/s, 1.1 (rounds 1.1, 0.7, 1.2)" in text
     assert "`key_fairness`" in text and "| 3.5 |" in text
 
 
