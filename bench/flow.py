@@ -278,8 +278,9 @@ def flow_control_overhead(where: str, jobs: int = 60_000, rounds: int = 6,
             free = _fire(where, jobs, sides[1], concurrency)
         refused.update(lim["refused"])
         pairs.append((lim, free))
-        print(f"  round {i + 1}/{rounds}: limits set {lim['cpu']:,.0f} jobs/CPU-s ({lim['wall']:,.0f}/s), "
-              f"none {free['cpu']:,.0f} jobs/CPU-s ({free['wall']:,.0f}/s)", file=sys.stderr)
+        a, b = ("first side", "second side") if control else ("limits set", "none")
+        print(f"  round {i + 1}/{rounds}: {a} {lim['cpu']:,.0f} jobs/CPU-s ({lim['wall']:,.0f}/s), "
+              f"{b} {free['cpu']:,.0f} jobs/CPU-s ({free['wall']:,.0f}/s)", file=sys.stderr)
     cpu = [a["cpu"] / b["cpu"] for a, b in pairs]
     wall = [a["wall"] / b["wall"] for a, b in pairs]
     ratio = statistics.median(cpu)

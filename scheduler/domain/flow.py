@@ -190,8 +190,9 @@ class Limits:
 
     @property
     def limited(self) -> bool:
-        return self.paused or any(
-            v is not None for v in (self.rate_per_s, self.concurrency, self.per_key_concurrency))
+        # Called per finished job on a limited kind: plain tests, no generator.
+        return (self.paused or self.rate_per_s is not None or self.concurrency is not None
+                or self.per_key_concurrency is not None)
 
     def to_json(self) -> dict[str, object]:
         return {"kind": self.kind, "rate_per_s": self.rate_per_s, "burst": self.burst,

@@ -58,20 +58,22 @@ class KindGate:
         assert limits.rate_per_s is not None
         return max(1.0, limits.effective_burst * mine / limits.rate_per_s)
 
-    def try_start(self) -> str | None:
+    def try_start(self, now: float | None = None) -> str | None:
         """None and one more running, or the reason it may not start: paused, concurrency,
-        rate (checked in that order, so a refused start spends no token)."""
+        rate (checked in that order, so a refused start spends no token). ``now``: the
+        monotonic clock read once by the caller for many starts."""
         if self.limits.paused:
             return "paused"
         if self.slots is not None and self.running >= self.slots:
             return "concurrency"
-        if self.rate_share is not None and (self._bucket is None or not self._bucket.try_take()):
+        if self.rate_share is not None and (self._bucket is None or not self._bucket.try_take(1.0, now)):
             return "rate"
         self.running += 1
         return None
 
     def finished(self) -> None:
-        self.running = max(0, self.running - 1)
+        if self.running > 0:
+            self.running -= 1
 
 
 def _tokens(bucket: TokenBucket) -> float:
@@ -108,8 +110,8 @@ class Gates:
     def get(self, kind: str) -> KindGate | None:
         return self._gates.get(kind)
 
-    def try_start(self, kind: str) -> str | None:
-        return self._gate(kind).try_start()
+    def try_start(self, kind: str, now: float | None = None) -> str | None:
+        return self._gate(kind).try_start(now)
 
     def hold(self, kind: str) -> None:
         """One more running of ``kind`` without a start (a handler that outlives its

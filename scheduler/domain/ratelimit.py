@@ -25,17 +25,22 @@ class TokenBucket:
         self._tokens = self.burst
         self._at = self._mono()
 
-    def _refill(self) -> None:
-        now = self._mono()
+    def _refill(self, now: float | None = None) -> None:
+        if now is None:
+            now = self._mono()
+        elif now < self._at:  # a caller's reading older than the last refill: add nothing
+            return
         if self.rate is not None:
             self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
         self._at = now
 
-    def try_take(self, n: float = 1.0) -> bool:
-        """Take ``n`` tokens if available; never blocks."""
+    def try_take(self, n: float = 1.0, now: float | None = None) -> bool:
+        """Take ``n`` tokens if available; never blocks. ``now``: the caller's reading of
+        the bucket's monotonic clock, taken once for many calls (a reading older than the
+        bucket's last refill adds nothing, so a stale one never mints tokens)."""
         if self.rate is None:
             return True
-        self._refill()
+        self._refill(now)
         if self._tokens >= n:
             self._tokens -= n
             return True

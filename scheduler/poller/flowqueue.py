@@ -77,6 +77,8 @@ class FlowQueue:
         # Until when (monotonic s) this poller's parts of the fleet-wide limits hold: set
         # by flow control after each publish; past it, limited kinds start nothing.
         self.parts_until = math.inf
+        self._parts_lapsed = False  # parts_until passed, as of the current take
+        self._take_now = 0.0  # the monotonic clock at the current take's start
         self._mono = monotonic
         # Admitted rows not finished yet, counted: a row can be admitted again while its
         # first run goes on (its shard lost and claimed again, the row read again).
@@ -135,9 +137,12 @@ class FlowQueue:
         gate. Each job returned is admitted: call ``finished`` for it later."""
         for job in self.due.pop_ready(now_ms, len(self.due)):
             self.fair.add(job)
+        # The clock read once per take, not per job: a take lasts microseconds, and the
+        # parts' expiry moves once a second.
+        now = self._take_now = self._mono()
+        self._parts_lapsed = now > self.parts_until
         jobs = self.fair.take(max(0, max_n), now_ms, self._admit)
         if jobs:
-            now = self._mono()
             for kind, n in Counter(j.kind for j in jobs).items():
                 if kind in self.limits:
                     _log(self._starts, kind, now, n)
@@ -145,13 +150,13 @@ class FlowQueue:
 
     def _admit(self, job: Job) -> str | None:
         lim = self.limits.get(job.kind)
-        if (lim is not None and not lim.paused and (lim.rate_per_s is not None or lim.concurrency is not None)
-                and self._mono() > self.parts_until):
+        if (lim is not None and self._parts_lapsed and not lim.paused
+                and (lim.rate_per_s is not None or lim.concurrency is not None)):
             # Flow control could not publish for too long (its thread stuck in a store
             # call): the others may have taken this poller's parts.
             self.throttled_kinds.add(job.kind)
             return "rate" if lim.rate_per_s is not None else "concurrency"
-        reason = self.gates.try_start(job.kind)
+        reason = self.gates.try_start(job.kind, self._take_now)
         if reason is None:
             self._admitted[_row(job)] += 1
         else:
@@ -160,10 +165,14 @@ class FlowQueue:
 
     def finished(self, job: Job) -> None:
         """An admitted job ended (recorded, or handed back unstarted); others are ignored."""
-        row = _row(job)
-        if self._admitted[row] > 0:
-            self._admitted[row] -= 1
-            if not self._admitted[row]:
+        # Called twice per job of a limited kind (when its handler returns, and when its
+        # outcome is recorded): the second call must stay cheap.
+        row = (job.fire_ms, job.job_id)
+        n = self._admitted.get(row, 0)
+        if n > 0:
+            if n > 1:
+                self._admitted[row] = n - 1
+            else:
                 del self._admitted[row]
             self.gates.finished(job.kind)
             self.fair.finished(job)

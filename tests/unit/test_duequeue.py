@@ -23,6 +23,19 @@ def test_token_bucket_on_monotonic_time():
     assert TokenBucket(None).try_take(1e9)
 
 
+def test_a_token_bucket_given_the_callers_clock_reading_never_mints_from_a_stale_one():
+    clock = FakeClock()
+    tb = TokenBucket(10, burst=1, monotonic=clock.monotonic)
+    t0 = clock.monotonic()
+    assert tb.try_take(1.0, t0) and not tb.try_take(1.0, t0)
+    clock.advance(0.1)
+    t1 = clock.monotonic()
+    assert tb.try_take(1.0, t1)
+    assert not tb.try_take(1.0, t0)  # older than the last refill: adds nothing
+    assert not tb.try_take(1.0, t1 + 0.05)  # half a token
+    assert tb.try_take(1.0, t1 + 0.1)
+
+
 def test_nothing_leaves_before_its_fire_time_and_oldest_first():
     q = DueQueue()
     for i, t in enumerate([300, 100, 200]):
