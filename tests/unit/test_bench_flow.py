@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from bench.flow import max_in_window, rate_figures
-from bench.run import QUICK, entry, markdown
+from bench.render import markdown
+from bench.run import QUICK, entry
 
 
 def test_max_in_window_is_half_open():

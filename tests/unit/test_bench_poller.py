@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from bench.common import driver
 from bench.fire import fire_figures
 from bench.poller import LATENESS_GRACE_S, lateness_figures, lateness_window
-from bench.run import QUICK, entry, markdown
+from bench.render import markdown
+from bench.run import QUICK, entry
 
 
 @given(now_s=st.floats(min_value=1.7e9, max_value=1.9e9), seconds=st.integers(min_value=1, max_value=120),

@@ -3,7 +3,8 @@ stable key, and the markdown renders from report.json alone."""
 
 from __future__ import annotations
 
-from bench.run import FULL, QUICK, entry, markdown
+from bench.render import markdown
+from bench.run import FULL, QUICK, entry
 
 KEYS = ["enqueue", "enqueue_async", "api_enqueue", "lateness_due_now", "fire_throughput", "async_handlers",
         "recurring", "storage_steady_state", "poll_cost_backlog", "poller_rss_backlog", "lateness",
