@@ -62,6 +62,10 @@ def _q(name: str) -> str:
     return queries.named("sqlite/queries.sql")[name]
 
 
+# How long a call waits for another process's hold on the file's lock before it fails
+# as StoreUnavailable (sqlite3's busy timeout).
+BUSY_TIMEOUT_S = 30.0
+
 class SqliteStore(SqliteReplays, SqliteSchedules, SqliteFlow, Store):
     def __init__(self, path: str, url: str | None = None, *, create: bool = True) -> None:
         """Open the database file at ``path``, creating it when ``create`` (``schema
@@ -87,7 +91,7 @@ class SqliteStore(SqliteReplays, SqliteSchedules, SqliteFlow, Store):
                 target = file.as_uri() + "?mode=rw"
         try:
             self._db = sqlite3.connect(target, check_same_thread=False, isolation_level=None,
-                                       timeout=30, uri=target.startswith("file:"))
+                                       timeout=BUSY_TIMEOUT_S, uri=target.startswith("file:"))
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
         except sqlite3.Error as exc:
@@ -115,24 +119,32 @@ class SqliteStore(SqliteReplays, SqliteSchedules, SqliteFlow, Store):
         with self._lock:
             self._check_file()
             self._sweep()
-            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                raise self._store_error(exc) from None
             try:
                 yield self._db
             except sqlite3.OperationalError as exc:
                 self._db.execute("ROLLBACK")
-                raise self._schema_error(exc) from None
+                raise self._store_error(exc) from None
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
 
-    def _schema_error(self, exc: sqlite3.OperationalError) -> Exception:
+    def _store_error(self, exc: sqlite3.OperationalError) -> Exception:
         """A missing table or column as ``SchemaError`` (a schema older than this code,
         e.g. a v006 store without v007's priority and key); any other error as it is."""
         text = str(exc)
         if "no such table" in text or "no such column" in text or "has no column named" in text:
             return SchemaError(f"store {self.url} has no scheduler schema or an older one ({exc}); "
                                "run `scheduler schema apply`")
+        if "locked" in text or "busy" in text:
+            # Another process held the file's lock past the busy timeout: the store is
+            # there but cannot answer now, as a Cassandra that times out cannot.
+            return StoreUnavailable(f"store {self.url} is busy: another process held its lock "
+                                    f"too long ({exc}); try again")
         return exc
 
     def _all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
@@ -142,7 +154,7 @@ class SqliteStore(SqliteReplays, SqliteSchedules, SqliteFlow, Store):
             try:
                 return self._db.execute(sql, params).fetchall()
             except sqlite3.OperationalError as exc:
-                raise self._schema_error(exc) from None
+                raise self._store_error(exc) from None
 
     def _sweep(self) -> None:
         """Delete expired rows (the retention; Cassandra uses TTLs), at most once per
