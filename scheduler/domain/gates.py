@@ -71,9 +71,8 @@ class KindGate:
         self.running += 1
         return None
 
-    def finished(self) -> None:
-        if self.running > 0:
-            self.running -= 1
+    def finished(self, n: int = 1) -> None:
+        self.running = max(0, self.running - n)
 
 
 def _tokens(bucket: TokenBucket) -> float:
@@ -120,8 +119,8 @@ class Gates:
         if gate is not None:
             gate.running += 1
 
-    def finished(self, kind: str) -> None:
+    def finished(self, kind: str, n: int = 1) -> None:
         gate = self._gates.get(kind)
         if gate is not None:
-            gate.finished()
+            gate.finished(n)
             self._drop_idle(gate)

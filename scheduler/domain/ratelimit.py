@@ -28,7 +28,7 @@ class TokenBucket:
     def _refill(self, now: float | None = None) -> None:
         if now is None:
             now = self._mono()
-        elif now < self._at:  # a caller's reading older than the last refill: add nothing
+        elif now <= self._at:  # the same reading again (many takes), or an older one: nothing to add
             return
         if self.rate is not None:
             self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)

@@ -65,14 +65,13 @@ def due_jobs(core: Core) -> list[Job]:
 def _count_ended(core: Core) -> None:
     """Free the flow-control slots of handlers that returned (``Core.handled``); each job
     is counted once, here or by the recorder, whichever sees it first."""
-    returned, finished = core.returned, core.due.finished
+    returned, finished_many = core.returned, core.due.finished_many
     while True:
         try:
             outcomes = returned.get_nowait()
         except queue.Empty:
             return
-        for o in outcomes:
-            finished(o.job)
+        finished_many(o.job for o in outcomes)
 
 
 def _count_refusals(core: Core) -> None:

@@ -113,9 +113,9 @@ class Recorder:
             due = core.due
             if placed:
                 due.placed(placed)
+            due.finished_many(o.job for o in batch)
             for o in batch:
                 job = o.job
-                due.finished(job)
                 st = shards.get(job.shard)
                 if st is not None:
                     st.running -= 1
