@@ -1,30 +1,66 @@
 """The embedded store when another process holds the file's lock past the busy timeout:
 the call fails as StoreUnavailable (what the API answers 503 to and the poller rides out),
-not as sqlite3's own error, and writes nothing."""
+not as sqlite3's own error, and writes nothing; reads and the retention sweep do not wait
+behind the lock; the connection is usable again once the lock is released."""
 
 import sqlite3
+import time
 
 import pytest
 
 from scheduler.errors import StoreUnavailable
 from scheduler.store import SchemaOptions, open_store
 from scheduler.store.sqlite import store as sqlite_store
+from scheduler.store.sqlite.errors import busy
+from scheduler.store.sqlite.store import SqliteStore
 
 
-def test_a_write_waiting_past_the_busy_timeout_is_store_unavailable(tmp_path, monkeypatch):
-    monkeypatch.setattr(sqlite_store, "BUSY_TIMEOUT_S", 0.1)
-    url = f"sqlite:///{tmp_path}/store.db"
-    store = open_store(url)
+@pytest.fixture
+def locked(tmp_path, monkeypatch):
+    monkeypatch.setattr(sqlite_store, "BUSY_TIMEOUT_S", 0.2)
+    store = open_store(f"sqlite:///{tmp_path}/store.db")
     store.apply_schema(SchemaOptions(shard_count=4), 0)
     other = sqlite3.connect(tmp_path / "store.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
     try:
-        other.execute("BEGIN IMMEDIATE")
-        with pytest.raises(StoreUnavailable, match="is busy: another process held its lock too long"):
-            store.set_limits("k", 5.0, None, None, None, 1_000)
-        other.execute("ROLLBACK")
-        assert store.flow_limits() == []
-        store.set_limits("k", 5.0, None, None, None, 1_000)
-        assert [lim.rate_per_s for lim in store.flow_limits()] == [5.0]
+        yield store, other
     finally:
         other.close()
         store.close()
+
+
+def test_a_write_waiting_past_the_busy_timeout_is_store_unavailable_and_writes_nothing(locked):
+    store, other = locked
+    with pytest.raises(StoreUnavailable, match="is busy: another process held its lock too long"):
+        store.set_limits("k", 5.0, None, None, None, 1_000)
+    other.execute("ROLLBACK")
+    assert store.flow_limits() == []
+    store.set_limits("k", 5.0, None, None, None, 1_000)  # no transaction was left open
+    assert [lim.rate_per_s for lim in store.flow_limits()] == [5.0]
+
+
+def test_reads_and_the_sweep_do_not_wait_for_the_lock(tmp_path, monkeypatch):
+    monkeypatch.setattr(sqlite_store, "BUSY_TIMEOUT_S", 20.0)
+    store = SqliteStore(f"{tmp_path}/store.db")
+    store.apply_schema(SchemaOptions(shard_count=4), 0)
+    other = sqlite3.connect(tmp_path / "store.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        store._next_sweep = 0.0  # the sweep is due: its deletes meet the lock
+        started = time.monotonic()
+        assert store.flow_limits() == []  # WAL: a read needs no lock; the sweep is skipped
+        assert time.monotonic() - started < 10.0  # not the 20 s busy timeout
+        assert store._db.execute("PRAGMA busy_timeout").fetchone()[0] == 20_000  # restored
+    finally:
+        other.close()
+        store.close()
+
+
+def test_only_sqlite_busy_counts_as_another_process():
+    err = sqlite3.OperationalError("database table is locked")
+    err.sqlite_errorcode = sqlite3.SQLITE_LOCKED
+    assert not busy(err)
+    err = sqlite3.OperationalError("database is locked")
+    err.sqlite_errorcode = sqlite3.SQLITE_BUSY
+    assert busy(err)
+    assert not busy(sqlite3.OperationalError("no code"))

@@ -43,6 +43,7 @@ from ..rows import (
     retention_changes,
     retention_of,
 )
+from .errors import busy, store_error, sweep_expired
 from .flow import SqliteFlow
 from .opened import OpenedFile
 from .replays import SqliteReplays
@@ -50,6 +51,7 @@ from .schedules import SqliteSchedules
 
 # Expired rows are deleted at most this often, by whichever call comes first.
 SWEEP_EVERY_S = 1.0
+SWEEPS = ("sweep_bucket_rows", "sweep_jobs", "sweep_dead_letters", "sweep_replays")
 # How long a nudge address is kept unless written again (the Cassandra table's TTL).
 NOTIFY_TTL_MS = 120_000
 
@@ -65,6 +67,7 @@ def _q(name: str) -> str:
 # How long a call waits for another process's hold on the file's lock before it fails
 # as StoreUnavailable (sqlite3's busy timeout).
 BUSY_TIMEOUT_S = 30.0
+
 
 class SqliteStore(SqliteReplays, SqliteSchedules, SqliteFlow, Store):
     def __init__(self, path: str, url: str | None = None, *, create: bool = True) -> None:
@@ -122,30 +125,26 @@ class SqliteStore(SqliteReplays, SqliteSchedules, SqliteFlow, Store):
             try:
                 self._db.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
-                raise self._store_error(exc) from None
+                raise store_error(self.url, exc) from None
             try:
                 yield self._db
             except sqlite3.OperationalError as exc:
-                self._db.execute("ROLLBACK")
-                raise self._store_error(exc) from None
+                self._rollback()
+                raise store_error(self.url, exc) from None
             except BaseException:
-                self._db.execute("ROLLBACK")
+                self._rollback()
                 raise
-            self._db.execute("COMMIT")
+            try:
+                self._db.execute("COMMIT")
+            except sqlite3.OperationalError as exc:
+                # A failed COMMIT may leave it open: every later BEGIN would fail.
+                self._rollback()
+                raise store_error(self.url, exc) from None
 
-    def _store_error(self, exc: sqlite3.OperationalError) -> Exception:
-        """A missing table or column as ``SchemaError`` (a schema older than this code,
-        e.g. a v006 store without v007's priority and key); any other error as it is."""
-        text = str(exc)
-        if "no such table" in text or "no such column" in text or "has no column named" in text:
-            return SchemaError(f"store {self.url} has no scheduler schema or an older one ({exc}); "
-                               "run `scheduler schema apply`")
-        if "locked" in text or "busy" in text:
-            # Another process held the file's lock past the busy timeout: the store is
-            # there but cannot answer now, as a Cassandra that times out cannot.
-            return StoreUnavailable(f"store {self.url} is busy: another process held its lock "
-                                    f"too long ({exc}); try again")
-        return exc
+    def _rollback(self) -> None:
+        """Roll back if still open (SQLite rolls some errors back itself; a ROLLBACK then fails)."""
+        if self._db.in_transaction:
+            self._db.execute("ROLLBACK")
 
     def _all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         with self._lock:
@@ -154,7 +153,7 @@ class SqliteStore(SqliteReplays, SqliteSchedules, SqliteFlow, Store):
             try:
                 return self._db.execute(sql, params).fetchall()
             except sqlite3.OperationalError as exc:
-                raise self._store_error(exc) from None
+                raise store_error(self.url, exc) from None
 
     def _sweep(self) -> None:
         """Delete expired rows (the retention; Cassandra uses TTLs), at most once per
@@ -163,18 +162,16 @@ class SqliteStore(SqliteReplays, SqliteSchedules, SqliteFlow, Store):
         if now < self._next_sweep:
             return
         self._next_sweep = now + SWEEP_EVERY_S
-        try:
-            for name in ("sweep_bucket_rows", "sweep_jobs", "sweep_dead_letters", "sweep_replays"):
-                self._db.execute(_q(name), (_host_ms(),))
-        except sqlite3.OperationalError:
-            pass  # no schema yet, or older than v003 (v005): nothing (no replay) expires
+        sweep_expired(self._db, [_q(name) for name in SWEEPS], _host_ms(), BUSY_TIMEOUT_S)
 
     # --- schema ------------------------------------------------------------------------
 
     def _schema_version(self) -> int:
         try:
             row = self._db.execute(_q("select_schema_version")).fetchone()
-        except sqlite3.OperationalError:
+        except sqlite3.OperationalError as exc:
+            if busy(exc):
+                raise store_error(self.url, exc) from None
             return 0
         return int(row[0] or 0)
 
