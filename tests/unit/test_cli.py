@@ -234,10 +234,15 @@ def test_audit_exits_2_on_a_lost_job_and_0_otherwise(store):
 def test_refire_a_window_dry_run_then_twice_fires_once(store):
     from datetime import UTC, datetime, timedelta
 
+    from scheduler.domain.clock import FakeClock
     from scheduler.producer.client import Client
 
     now = datetime.now(UTC)
-    client = Client(store)
+    # The producer's clock two minutes back: the late-write rule then keeps each job's
+    # due time as its fire time, so the firings recorded at ``now`` come after their fire
+    # times (as real ones do) and every row lies in the window's buckets. With the real
+    # clock a job is placed at now + late margin, in the next minute near its end.
+    client = Client(store, clock=FakeClock(int(now.timestamp() * 1000) - 120_000))
     try:
         jobs = client.schedule_many([
             {"id": "r1", "at": (now - timedelta(seconds=30)).isoformat(), "kind": "email",
