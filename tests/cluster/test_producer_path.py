@@ -100,7 +100,8 @@ def test_short_lived_producers_on_a_fresh_keyspace(cluster, cluster_keyspace, zo
     # The documented bound: at most one extra firing per moved job.
     per_job = Counter(r.job_id for r in records)
     assert report.duplicates <= sum(n for n, _ in moves), report
-    assert max(per_job.values()) <= 2, report
+    # A job moved in r rounds has r + 1 rows, each of which may fire once.
+    assert max(per_job.values()) <= 1 + max((r for _, r in moves), default=0), report
     assert len(stopped) == 2 and not pollers.crashes, report
     # The fast path: jobs due now were taken by a nudge (a broken path takes none). Not
     # all of them: on a slow machine most writes are acknowledged late and moved, and an
