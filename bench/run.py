@@ -31,6 +31,7 @@ from bench import enqueue_async as enqueue_async_bench
 from bench import fleet as fleet_bench
 from bench import fleetsim as fleet_sim
 from bench import flow as flow_bench
+from bench import flowpath as flowpath_bench
 from bench import http_targets as http_bench
 from bench import peer as peer_bench
 from bench import poller as poller_bench
@@ -238,8 +239,15 @@ def run_all(args: argparse.Namespace, sizes: Sizes) -> tuple[dict[str, Any], dic
                      r["baseline_p99_ms"], "the same small-key jobs with no large key", r["goal"],
                      r["met"], r, ratio=r["ratio"])
 
+    def flow_path() -> dict[str, Any]:  # the hot path alone: flow_control_overhead without the noise
+        over = results.get("flow_control_overhead", {}).get("details", {}).get("unlimited_jobs_per_cpu_s")
+        r = flowpath_bench.flow_path_cost(poller_us_per_job=1e6 / over if over else None)
+        return entry(r["limited_us_per_job"], "us of CPU per job in the poller's queues, limits set",
+                     r["unlimited_us_per_job"], "the same with no limits", "reported", None, r)
+
     step("rate_limit_accuracy", rate_limit)
     step("flow_control_overhead", flow_overhead)
+    step("flow_path_cost", flow_path)
     step("key_fairness", key_fairness)
 
     def http_targets() -> dict[str, Any]:

@@ -81,16 +81,22 @@ class FairQueue(Generic[J]):
     def running(self, kind: str, key: str) -> int:
         return self._running[(kind, key)]
 
-    def add(self, job: J) -> bool:
+    def add(self, job: J, now_ms: int | None = None) -> bool:
         """Queue a job; False if one with its id is queued already (a re-read row).
-        Raises InvalidInput for a priority outside 0-9, queueing nothing."""
+        ``now_ms``: the caller's clock, when it knows the job is due (it goes straight to
+        its lane, as ``take`` at that time would put it). Raises InvalidInput for a
+        priority outside 0-9, queueing nothing."""
         check_priority(job.priority)
         ident = self._id(job)
         if ident in self._live:
             return False
         self._seq += 1
         self._live[ident] = (self._seq, job)
-        heapq.heappush(self._future, (job.due_ms, self._seq, job))
+        entry = (job.due_ms, self._seq, job)
+        if now_ms is None or job.due_ms > now_ms:
+            heapq.heappush(self._future, entry)
+        else:
+            self._ready_entry(ident, entry)
         return True
 
     def remove(self, ident: Hashable) -> bool:
@@ -143,26 +149,64 @@ class FairQueue(Generic[J]):
             if job is None:
                 break
             out.append(job)
+            if job.key is None and len(out) < n:
+                self._run(job, out, n, refused, admit)
         return out
+
+    def _run(self, first: J, out: list[J], n: int, refused: set[str],
+             admit: Callable[[J], str | None]) -> None:
+        """After ``first`` (taken from its kind's keyless lane), more from that lane while it
+        is the only lane of the only kind at its priority: each turn would go to it again,
+        so the order is ``_next``'s, without a ring's turn per job. Every higher priority
+        is empty or refused for this take (``_next`` looks there first)."""
+        kind, prio = first.kind, first.priority
+        if len(self._kinds[prio]) != 1 or len(self._keys.get((prio, kind), ())) != 1:
+            return
+        heap = self._lanes.get((kind, prio, None))
+        live, ready_ids, ident_of = self._live, self._ready_ids, self._id
+        taken = 0
+        while heap and len(out) < n:
+            seq, job = heap[0][1], heap[0][2]
+            ident = ident_of(job)
+            if live.get(ident, (None,))[0] != seq:
+                heapq.heappop(heap)  # removed while queued
+                continue
+            reason = admit(job)
+            if reason is not None:
+                refused.add(kind)
+                self.throttled[(kind, reason)] += 1
+                break
+            heapq.heappop(heap)
+            del live[ident]
+            ready_ids.discard(ident)
+            out.append(job)
+            taken += 1
+        self._ready[kind] -= taken
+        # An emptied lane is dropped from its ring by the next ``_next``, as when a
+        # turn finds it empty.
 
     def _promote(self, now_ms: int) -> None:
         while self._future and self._future[0][0] <= now_ms:
             entry = heapq.heappop(self._future)
-            job = entry[2]
-            ident = self._id(job)
+            ident = self._id(entry[2])
             if self._live.get(ident, (None,))[0] != entry[1]:
                 continue  # removed meanwhile
-            self._ready_ids.add(ident)
-            self._ready[job.kind] += 1
-            lane = (job.kind, job.priority, job.key)
-            heapq.heappush(self._lanes.setdefault(lane, []), entry)
-            if lane in self._ringed:
-                continue
-            parked = None if job.key is None else self._parked.get((job.kind, job.key))
-            if parked is not None:
-                parked.add(job.priority)
-            else:
-                self._ring(lane)
+            self._ready_entry(ident, entry)
+
+    def _ready_entry(self, ident: Hashable, entry: Entry[J]) -> None:
+        """A live job that is due joins its lane (and the lane its ring)."""
+        job = entry[2]
+        self._ready_ids.add(ident)
+        self._ready[job.kind] += 1
+        lane = (job.kind, job.priority, job.key)
+        heapq.heappush(self._lanes.setdefault(lane, []), entry)
+        if lane in self._ringed:
+            return
+        parked = None if job.key is None else self._parked.get((job.kind, job.key))
+        if parked is not None:
+            parked.add(job.priority)
+        else:
+            self._ring(lane)
 
     def _ring(self, lane: Lane) -> None:
         kind, prio, key = lane

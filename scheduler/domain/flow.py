@@ -127,7 +127,8 @@ def _flag(name: str) -> str:
 
 def check_priority(priority: object) -> int:
     """A job's priority: an int 0-9, 9 starts first (a bool is refused)."""
-    if isinstance(priority, bool) or not isinstance(priority, int) or priority not in PRIORITIES:
+    # type() is int: a bool (a subclass) or an int subclass is refused. On every queued job.
+    if type(priority) is not int or not 0 <= priority <= 9:
         raise InvalidInput(f"priority {_show(priority)} is not a whole number 0-9 (9 starts first)")
     return priority
 
