@@ -55,7 +55,12 @@ def connect(cfg: CassandraUrl, sec: CassandraSecurity, *, request_timeout_s: flo
         try:
             session = cluster.connect()
         except NoHostAvailable as exc:
+            # The control connection may have reached the cluster and learnt its hosts,
+            # none of them in the DC asked for: the pools all stay closed.
+            known = {h.datacenter for h in cluster.metadata.all_hosts()}
             cluster.shutdown()
+            if known:
+                check_dc_known(cfg.dc, known)
             explained = explain_cassandra(exc, where, cfg.user or sec.user, sec.tls)
             # A login refused around a password rotation (see ROTATION_SETTLE_S) is tried
             # again while the rotation settles. Pools that all failed after the control
