@@ -4,6 +4,8 @@
 |---|---|---|
 | SCHEDULER_STORE | (none) | store URL, ``cassandra://...`` or ``sqlite:///...`` |
 | SCHEDULER_COORDINATOR | local | ``zookeeper://h1:2181,h2:2181/root`` or ``local`` |
+| SCHEDULER_DC | (none) | this process's Cassandra DC (``--dc``, ``dc=`` win; the URL's local_dc must agree) |
+| SCHEDULER_WRITE_CONSISTENCY | (none) | producers: ``local_quorum`` (default) or ``each_quorum`` |
 | SCHEDULER_MAX_PAYLOAD_BYTES | 65536 | payload size limit checked before writing |
 | SCHEDULER_LAYOUT_CACHE_TTL_S | 30 | how long producers (and occurrence writers) may use cached layouts |
 | SCHEDULER_LOAD_CONCURRENCY | 128 | requests in flight for bulk loads (old name: SCHEDULER_CONCURRENCY) |
@@ -48,6 +50,7 @@ from urllib.parse import urlsplit, urlunsplit
 from .domain.address import ADDRESS_FORM, parse_address
 from .domain.model import DEFAULT_MAX_PAYLOAD_BYTES
 from .domain.netguard import AllowList, parse_allow
+from .domain.topology import check_dc, parse_write_consistency
 from .errors import ConfigError, InvalidInput
 from .security import CassandraSecurity, Secret, TlsConfig, ZkSecurity
 
@@ -295,6 +298,10 @@ class Settings:
     # (read when a poller starts).
     http_allow: AllowList = field(default_factory=AllowList)
     http_signing_secret_file: str | None = None
+    # The DC of this process's Cassandra clients, and a producer's write consistency
+    # (None: the store URL's, else LOCAL_QUORUM); see docs/two-data-centres.md.
+    dc: str | None = None
+    write_consistency: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -311,6 +318,10 @@ class Settings:
             nudge=_switch(env, "SCHEDULER_NUDGE", True),
             http_allow=http_allow(env),
             http_signing_secret_file=env.get("SCHEDULER_HTTP_SIGNING_SECRET_FILE") or None,
+            dc=check_dc(env["SCHEDULER_DC"], "SCHEDULER_DC") if env.get("SCHEDULER_DC") else None,
+            write_consistency=(parse_write_consistency(env["SCHEDULER_WRITE_CONSISTENCY"],
+                                                       "SCHEDULER_WRITE_CONSISTENCY")
+                               if env.get("SCHEDULER_WRITE_CONSISTENCY") else None),
         )
 
     def require_store(self, override: str | None = None) -> str:

@@ -37,7 +37,9 @@ def schema_apply(
              "with `shards resize`.")] = None,
     bucket_width: Annotated[int | None, typer.Option(
         help="Bucket width in seconds of a new keyspace (default 60), fixed at creation.")] = None,
-    replication: Annotated[str, typer.Option(help="simple:RF or nts:DC=RF[,DC=RF].")] = "simple:1",
+    replication: Annotated[str, typer.Option(
+        help="Replication of a new keyspace: simple:RF (one DC), or DC:RF[,DC:RF...] "
+             "(NetworkTopologyStrategy, e.g. dc1:2,dc2:1; also nts:DC=RF[,DC=RF]).")] = "simple:1",
     retention: Annotated[str | None, typer.Option(
         metavar=DURATION,
         help="Keep a job's rows this long after it fires, is cancelled or dies (90s, 12h, 7d). "
@@ -53,9 +55,11 @@ def schema_apply(
     from ..domain.durations import whole_seconds
     from ..domain.layout import check_shard_count
     from ..domain.retention import MAX_TTL_S, format_duration
+    from ..domain.topology import parse_replication
     from ..store import SchemaOptions
 
     with errors():
+        parse_replication(replication)  # refused before anything is opened
         check_shard_count(16 if shards is None else shards)
         width = 60 if bucket_width is None else bucket_width
         if not 1 <= width <= 3600 or 3600 % width:

@@ -183,17 +183,21 @@ def emit(data: Any, as_json: bool, human: Callable[[], None] | None = None) -> N
         human()
 
 
-def store_for(store: str | None, *, create: bool = False, for_loads: bool = False) -> Any:
+def store_for(store: str | None, *, create: bool = False, for_loads: bool = False,
+              dc: str | None = None) -> Any:
     """The store named by ``--store`` or $SCHEDULER_STORE. Only ``schema apply`` passes
     ``create``: for every other command a missing embedded store is an error, never a
     new empty file. ``for_loads`` (a client's writes): requests in flight as
-    SCHEDULER_LOAD_CONCURRENCY says; else the driver's default."""
+    SCHEDULER_LOAD_CONCURRENCY says, writes at SCHEDULER_WRITE_CONSISTENCY; else the
+    driver's default. ``dc`` (``--dc``; else SCHEDULER_DC): the Cassandra DC to use."""
     from ..store import open_store
 
     settings = Settings.from_env()
-    options: dict[str, object] = {"security": cassandra_security()}
+    options: dict[str, object] = {"security": cassandra_security(),
+                                  "dc": dc if dc is not None else settings.dc}
     if for_loads:
         options["concurrency"] = settings.load_concurrency
+        options["consistency"] = settings.write_consistency
     return open_store(settings.require_store(store), create=create, **options)
 
 

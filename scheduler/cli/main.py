@@ -223,6 +223,9 @@ def run(
     processes: Annotated[int, typer.Option(
         help="Run this many pollers, each its own process and fleet member, under one "
              "supervisor that restarts them; metrics on the base port + index (0: one per core).")] = 1,
+    dc: Annotated[str | None, typer.Option(
+        help="Cassandra DC of this poller: its nodes only, LOCAL_QUORUM, LOCAL_SERIAL fencing "
+             "(default $SCHEDULER_DC, else the store URL's local_dc).")] = None,
     store: StoreOpt = None,
 ) -> None:
     """Run a poller until SIGTERM or SIGINT, then shut down gracefully (exit 0).
@@ -235,6 +238,7 @@ def run(
 
     from .. import logs
     from ..domain.layout import parse_shard_spec
+    from ..domain.topology import check_dc
     from ..poller import PollerConfig
     from ..runtime.handlers import load_app
     from ..runtime.runner import run_poller
@@ -243,6 +247,8 @@ def run(
     logs.setup(json_output=log_json)
     sys.path.insert(0, os.getcwd())  # handlers are usually modules of the current project
     with errors():
+        if dc is not None:
+            check_dc(dc, "--dc")
         if concurrency < 1:
             raise InvalidInput(f"--concurrency {concurrency} must be at least 1")
         for flag, rate in (("--max-rate", max_rate), ("--max-shard-rate", max_shard_rate)):
@@ -279,7 +285,7 @@ def run(
                               handler_timeout_s=timeout_s or None,
                               notify_address=Settings.from_env().notify_address)
         the_app = load_app(handler, app_)
-        st = store_for(store)
+        st = store_for(store, dc=dc)
         try:
             code = run_poller(the_app, store=st, config=config, name=name, shards=fixed,
                               coordinator=coordinator, metrics_address=metrics_address,

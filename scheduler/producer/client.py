@@ -20,7 +20,8 @@ from ..domain.flow import DEFAULT_PRIORITY
 from ..domain.jobspec import JobSpec
 from ..domain.layout import Layout, Layouts
 from ..domain.model import Job
-from ..errors import StoreUnavailable, WriteTimeout
+from ..domain.topology import check_dc, parse_write_consistency
+from ..errors import ConfigError, StoreUnavailable, WriteTimeout
 from ..observe import tracing
 from ..observe.tracing import producer_span
 from ..settings import Settings, cassandra_security
@@ -36,17 +37,32 @@ T = TypeVar("T")
 
 def open_producer(store: Store | str | None, clock: Clock | None, settings: Settings | None,
                   max_payload_bytes: int | None, bucket_width_s: int | None,
-                  layout_cache_ttl_s: float | None, retry_s: float) -> tuple[Store, bool, Producer]:
+                  layout_cache_ttl_s: float | None, retry_s: float, dc: str | None = None,
+                  consistency: str | None = None) -> tuple[Store, bool, Producer]:
     """The store (opened from a URL, or the one given: then not owned) and the rules
-    for it; shared by both clients. Raises what ``open_store`` and ``meta`` raise."""
+    for it; shared by both clients. ``dc`` and ``consistency`` (else SCHEDULER_DC and
+    SCHEDULER_WRITE_CONSISTENCY) apply to a Cassandra store opened here; the embedded
+    store ignores them. Raises what ``open_store`` and ``meta`` raise, and
+    ``ConfigError`` for a bad ``dc`` or ``consistency``, or either given with a store
+    object (whose connection is already made)."""
     settings = settings or Settings.from_env()
+    if dc is not None:
+        check_dc(dc, "dc=")
+    if consistency is not None:
+        parse_write_consistency(consistency, "consistency=")
     if isinstance(store, Store):
+        if dc is not None or consistency is not None:
+            raise ConfigError("dc= and consistency= apply to a store the client opens: pass the store "
+                              "URL, or open the store with them")
         st, owns = store, False
     else:
         # create=False: a client never makes a store (``schema apply`` does); an embedded
         # store's missing file stays missing rather than appearing empty.
         st, owns = open_store(settings.require_store(store), create=False,
-                             concurrency=settings.load_concurrency, security=cassandra_security()), True
+                              concurrency=settings.load_concurrency, security=cassandra_security(),
+                              dc=dc if dc is not None else settings.dc,
+                              consistency=consistency if consistency is not None
+                              else settings.write_consistency), True
     try:
         producer = Producer(
             read_meta(st, retry_s), clock or SystemClock(),
@@ -87,9 +103,14 @@ class ClientBase:
     def __init__(self, store: Store | str | None = None, *, clock: Clock | None = None,
                  settings: Settings | None = None, max_payload_bytes: int | None = None,
                  bucket_width_s: int | None = None,
-                 layout_cache_ttl_s: float | None = None, retry_s: float = RETRY_S) -> None:
+                 layout_cache_ttl_s: float | None = None, retry_s: float = RETRY_S,
+                 dc: str | None = None, consistency: str | None = None) -> None:
+        """``dc``: the Cassandra DC this client talks to (token-aware routing over its
+        nodes, LOCAL_QUORUM); ``consistency``: ``local_quorum`` (default) or
+        ``each_quorum`` for writes. See ``open_producer``."""
         self.store, self._owns_store, self.producer = open_producer(
-            store, clock, settings, max_payload_bytes, bucket_width_s, layout_cache_ttl_s, retry_s)
+            store, clock, settings, max_payload_bytes, bucket_width_s, layout_cache_ttl_s, retry_s,
+            dc, consistency)
         self.clock: Clock = self.producer.clock
         # Spans are exported when the OTEL_* variables name an endpoint (observe.tracing).
         tracing.setup()

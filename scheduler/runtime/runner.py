@@ -107,7 +107,7 @@ def _start(app: App, settings: Settings, store: Store | str | None, shards: Iter
     if isinstance(store, Store):
         st = store
     else:
-        st = open_store(settings.require_store(store), security=cassandra_security())
+        st = open_store(settings.require_store(store), security=cassandra_security(), dc=settings.dc)
         opened.callback(st.close)
     fixed = None if shards is None else sorted(set(shards))
     if fixed is not None:

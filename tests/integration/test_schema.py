@@ -66,7 +66,7 @@ def test_replication_options(cassandra_keyspace):
         store.close()
 
 
-@pytest.mark.parametrize("spec", ["simple:0", "nts:", "nts:dc1", "weird:3", "simple:x"])
+@pytest.mark.parametrize("spec", ["simple:0", "nts:", "nts:dc1", "weird=3", "simple:x", "dc1:2,dc1:1"])
 def test_bad_replication_specs(spec):
     with pytest.raises(ConfigError, match="replication"):
         replication_map(spec)

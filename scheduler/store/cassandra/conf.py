@@ -9,6 +9,7 @@ from urllib.parse import parse_qs, urlparse
 
 from ...diagnose import explain_unauthorized
 from ...domain.keys import to_ms
+from ...domain.topology import check_dc, parse_write_consistency, replication_cql
 from ...errors import ConfigError, PermissionDenied, SchedulerError, StoreUnavailable, WriteTimeout
 
 # Multi-partition IN reads go out in groups of this many keys: one request per group
@@ -27,35 +28,31 @@ def dt_ms(value: datetime | int) -> int:
 
 
 def replication_map(spec: str) -> str:
-    """CQL replication map for ``simple:RF`` or ``nts:dc1=RF,dc2=RF``."""
-    kind, _, rest = spec.partition(":")
-    try:
-        if kind == "simple":
-            rf = int(rest or "1")
-            if rf < 1:
-                raise ValueError
-            return f"{{'class': 'SimpleStrategy', 'replication_factor': {rf}}}"
-        if kind == "nts":
-            parts = []
-            for item in rest.split(","):
-                dc, _, rf_text = item.partition("=")
-                if not re.match(r"^[\w.-]+$", dc) or int(rf_text) < 1:
-                    raise ValueError
-                parts.append(f"'{dc}': {int(rf_text)}")
-            if parts:
-                return "{'class': 'NetworkTopologyStrategy', " + ", ".join(parts) + "}"
-    except ValueError:
-        pass
-    raise ConfigError(
-        f"replication {spec!r} is not valid: use simple:RF (development) or "
-        "nts:DC=RF[,DC=RF...] (production)"
-    )
+    """CQL replication map for ``simple:RF``, ``DC:RF[,DC:RF...]`` or ``nts:DC=RF[,...]``
+    (``ConfigError`` for anything else; see ``domain.topology.parse_replication``)."""
+    return replication_cql(spec)
+
+
+# The levels a store URL may name: SERIAL and LOCAL_SERIAL are for lightweight
+# transactions only (chosen below), ANY is refused for every read.
+CONSISTENCIES = ("LOCAL_QUORUM", "EACH_QUORUM", "QUORUM", "LOCAL_ONE", "ONE", "TWO", "THREE", "ALL")
+DC_SOURCES = "--dc, dc= or SCHEDULER_DC"
 
 
 class CassandraUrl:
-    """``cassandra://host[,host2][:port]/keyspace[?local_dc=DC&consistency=LOCAL_QUORUM]``"""
+    """``cassandra://host[,host2][:port]/keyspace[?local_dc=DC&consistency=LOCAL_QUORUM]``
 
-    def __init__(self, url: str) -> None:
+    ``dc``: the client's DC, given outside the URL (``--dc``, ``dc=``, ``SCHEDULER_DC``);
+    it and the URL's ``local_dc`` are one setting, so both given and different is a
+    ``ConfigError``. ``consistency``: the level of writes given outside the URL (a
+    producer's ``local_quorum`` or ``each_quorum``), the same way against the URL's.
+
+    Resolved here: ``dc`` (None: the driver takes the DC of the first contact point),
+    ``write_cl`` (default LOCAL_QUORUM), ``read_cl`` (LOCAL_QUORUM when writes are at
+    EACH_QUORUM: a read never waits on a remote DC), ``serial_cl`` (LOCAL_SERIAL with a
+    DC, SERIAL without one)."""
+
+    def __init__(self, url: str, *, dc: str | None = None, consistency: str | None = None) -> None:
         parsed = urlparse(url)
         userinfo, _, netloc = parsed.netloc.rpartition("@")
         if ":" in userinfo:
@@ -84,9 +81,24 @@ class CassandraUrl:
             raise ConfigError(f"store URL {url!r} has unknown option(s): {', '.join(sorted(unknown))}")
         self.url, self.hosts, self.port, self.keyspace = url, hosts, port, keyspace
         self.user = userinfo or None
-        self.local_dc = q.get("local_dc")
+        self.local_dc = None if q.get("local_dc") is None else check_dc(q["local_dc"], "local_dc")
         self.consistency = q.get("consistency", "LOCAL_QUORUM").upper()
+        if self.consistency not in CONSISTENCIES:
+            raise ConfigError(f"store URL option consistency={q['consistency'][:40]!r} is not one of "
+                              f"{', '.join(c.lower() for c in CONSISTENCIES)}")
         self.protocol_version = int(q.get("protocol_version", "5"))
+        given_dc = None if dc is None else check_dc(dc, "the DC")
+        if given_dc is not None and self.local_dc is not None and given_dc != self.local_dc:
+            raise ConfigError(f"the store URL says local_dc={self.local_dc} and {DC_SOURCES} says "
+                              f"{given_dc}: the DC is one setting, give it once (or twice the same)")
+        self.dc = given_dc or self.local_dc
+        write = None if consistency is None else parse_write_consistency(consistency, "the write consistency")
+        if write is not None and "consistency" in q and write.upper() != self.consistency:
+            raise ConfigError(f"the store URL says consistency={self.consistency.lower()} and the client's "
+                              f"write consistency is {write}: give it once (or twice the same)")
+        self.write_cl = write.upper() if write is not None else self.consistency
+        self.read_cl = "LOCAL_QUORUM" if self.write_cl == "EACH_QUORUM" else self.write_cl
+        self.serial_cl = "LOCAL_SERIAL" if self.dc is not None else "SERIAL"
 
 
 def translate(exc: BaseException, what: str) -> SchedulerError:

@@ -24,18 +24,15 @@ def connect(cfg: CassandraUrl, sec: CassandraSecurity, *, request_timeout_s: flo
     after a failure."""
     from cassandra import ConsistencyLevel, UnresolvableContactPoints
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable
-    from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
     from cassandra.query import tuple_factory
 
-    try:
-        cl = ConsistencyLevel.name_to_value[cfg.consistency]
-    except KeyError:
-        raise ConfigError(f"unknown consistency {cfg.consistency!r} in store URL") from None
+    # The default level is the write level: batches and plain writes take it; the store
+    # sets reads' and lightweight transactions' own levels on their prepared statements.
     profile = ExecutionProfile(
-        load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=cfg.local_dc)),
+        load_balancing_policy=load_balancing(cfg.dc),
         retry_policy=IdempotentRetryPolicy(),
-        consistency_level=cl,
-        serial_consistency_level=ConsistencyLevel.LOCAL_SERIAL,
+        consistency_level=ConsistencyLevel.name_to_value[cfg.write_cl],
+        serial_consistency_level=ConsistencyLevel.name_to_value[cfg.serial_cl],
         request_timeout=request_timeout_s,
         row_factory=tuple_factory,
     )
@@ -56,9 +53,14 @@ def connect(cfg: CassandraUrl, sec: CassandraSecurity, *, request_timeout_s: flo
                 "for any of them); fix the host in --store / SCHEDULER_STORE, or the DNS"
             ) from None
         try:
-            return cluster, cluster.connect()
+            session = cluster.connect()
         except NoHostAvailable as exc:
+            # The control connection may have reached the cluster and learnt its hosts,
+            # none of them in the DC asked for: the pools all stay closed.
+            known = {h.datacenter for h in cluster.metadata.all_hosts()}
             cluster.shutdown()
+            if known:
+                check_dc_known(cfg.dc, known)
             explained = explain_cassandra(exc, where, cfg.user or sec.user, sec.tls)
             # A login refused around a password rotation (see ROTATION_SETTLE_S) is tried
             # again while the rotation settles. Pools that all failed after the control
@@ -76,3 +78,27 @@ def connect(cfg: CassandraUrl, sec: CassandraSecurity, *, request_timeout_s: flo
                 f"cannot reach Cassandra at {where} ({first_cause(exc)}); "
                 "start it (ops/cassandra start) or fix --store / SCHEDULER_STORE"
             ) from None
+        try:
+            check_dc_known(cfg.dc, {h.datacenter for h in cluster.metadata.all_hosts()})
+        except BaseException:
+            cluster.shutdown()
+            raise
+        return cluster, session
+
+
+def load_balancing(dc: str | None) -> Any:
+    """Token-aware routing over the hosts of one DC: ``dc``, or (None) the DC of the
+    first contact point the driver reaches. No remote host is ever used
+    (``used_hosts_per_remote_dc=0``): a request never crosses to another DC on its own."""
+    from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+
+    return TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=dc, used_hosts_per_remote_dc=0))
+
+
+def check_dc_known(dc: str | None, known: set[str | None]) -> None:
+    """``ConfigError`` when ``dc`` is set and no host of the cluster is in it: every
+    request would otherwise fail with "no host available", naming no cause."""
+    if dc is not None and dc not in known:
+        names = ", ".join(sorted(k for k in known if k)) or "none reported"
+        raise ConfigError(f"the cluster has no node in DC {dc!r} (its DCs: {names}); fix --dc, "
+                          "SCHEDULER_DC or the store URL's local_dc")

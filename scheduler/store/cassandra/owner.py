@@ -15,6 +15,7 @@ from .run import CqlSteps, Run, dual
 
 
 class CassandraOwnership:
+    cfg: Any
     prepared: Any
     session: Any
     _lwt: Any
@@ -23,7 +24,9 @@ class CassandraOwnership:
         from cassandra import ConsistencyLevel
 
         bound = self.prepared("select_checkpoint").bind((shard,))
-        bound.consistency_level = ConsistencyLevel.LOCAL_SERIAL
+        # The fencing level (LOCAL_SERIAL with a DC, else SERIAL): sees every transaction
+        # of the pollers it fences against.
+        bound.consistency_level = ConsistencyLevel.name_to_value[self.cfg.serial_cl]
         try:
             return self.session.execute(bound).one()  # type: ignore[no-any-return]
         except Exception as exc:

@@ -2,8 +2,10 @@
 per store object (one per process; never share it across ``fork()``).
 
 Consistency: LOCAL_QUORUM for job writes and bucket reads by default (a LOCAL_ONE read
-that misses a job, followed by a checkpoint advance, would lose it); LOCAL_SERIAL for
-lightweight transactions."""
+that misses a job, followed by a checkpoint advance, would lose it); a producer may write
+at EACH_QUORUM, its reads staying at LOCAL_QUORUM. Lightweight transactions: LOCAL_SERIAL
+when the store is given a DC (its pollers fence each other within that DC), SERIAL
+otherwise (see docs/two-data-centres.md)."""
 
 from __future__ import annotations
 
@@ -43,12 +45,16 @@ BATCH_BYTES = 4096
 class CassandraStore(CassandraAsync, CassandraSchema, CassandraFiring, CassandraOwnership,
                      CassandraReplays, CassandraSchedules, CassandraFlow, Store):
     def __init__(self, url: str, *, concurrency: int = 128, request_timeout_s: float = 10.0,
-                 connect_timeout_s: float = 5.0, security: CassandraSecurity | None = None) -> None:
+                 connect_timeout_s: float = 5.0, security: CassandraSecurity | None = None,
+                 dc: str | None = None, consistency: str | None = None) -> None:
         """Connect. ``security``: credentials and TLS, as the caller read them (default: none;
-        the store reads no environment). Raises
+        the store reads no environment). ``dc``: the client's DC (one setting with the
+        URL's ``local_dc``); ``consistency``: ``local_quorum`` or ``each_quorum`` for
+        writes (see ``CassandraUrl``). Raises ``ConfigError`` for a bad or conflicting
+        setting, or a DC the cluster does not have;
         ``StoreUnavailable`` when no host answers, ``AuthenticationError`` or ``TlsError``
         (one line naming the setting to fix) when the login or the handshake fails."""
-        self.cfg = CassandraUrl(url)
+        self.cfg = CassandraUrl(url, dc=dc, consistency=consistency)
         self.url = url
         self.keyspace = self.cfg.keyspace
         self.concurrency = concurrency
@@ -82,9 +88,25 @@ class CassandraStore(CassandraAsync, CassandraSchema, CassandraFiring, Cassandra
                     raise prepare_failed(exc, name) from exc
                 # Everything but a lightweight transaction or a counter is an upsert or
                 # a delete of fixed values: safe to send twice (see policy.py).
-                stmt.is_idempotent = " IF " not in text.upper() and name not in NOT_IDEMPOTENT
+                lwt = " IF " in text.upper()
+                stmt.is_idempotent = not lwt and name not in NOT_IDEMPOTENT
+                self._set_levels(stmt, text, lwt)
                 self._prepared[name] = stmt
         return stmt
+
+    def _set_levels(self, stmt: Any, text: str, lwt: bool) -> None:
+        """Reads and lightweight transactions at their own levels (a bound statement takes
+        its prepared statement's); other writes, and every batch (which holds only
+        writes), take the session's default: the write level."""
+        from cassandra import ConsistencyLevel
+
+        if lwt:
+            # The fencing level, and the commit at the read level: a poller's transaction
+            # never waits on another DC when the store has one (LOCAL_SERIAL).
+            stmt.serial_consistency_level = ConsistencyLevel.name_to_value[self.cfg.serial_cl]
+            stmt.consistency_level = ConsistencyLevel.name_to_value[self.cfg.read_cl]
+        elif text.lstrip().upper().startswith("SELECT"):
+            stmt.consistency_level = ConsistencyLevel.name_to_value[self.cfg.read_cl]
 
     def _binder(self, name: str) -> FastBinder:
         binder = self._binders.get(name)
