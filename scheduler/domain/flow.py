@@ -127,8 +127,7 @@ def _flag(name: str) -> str:
 
 def check_priority(priority: object) -> int:
     """A job's priority: an int 0-9, 9 starts first (a bool is refused)."""
-    # type() is int: a bool (a subclass) or an int subclass is refused. On every queued job.
-    if type(priority) is not int or not 0 <= priority <= 9:
+    if type(priority) is not int or not 0 <= priority <= 9:  # a bool is not an int here
         raise InvalidInput(f"priority {_show(priority)} is not a whole number 0-9 (9 starts first)")
     return priority
 
