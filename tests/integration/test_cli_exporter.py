@@ -1,7 +1,8 @@
 """``scheduler exporter`` closes what it opened when its start-up fails: the store, the
 exporter's threads and the metrics server, whichever step fails (the metrics address
 already bound, or the signal handlers refused off the main thread after it bound). The
-fleet is read from the ZooKeeper that is running for the tests."""
+fleet is read from the ZooKeeper that is running for the tests (so not a unit test: in
+``ops/test`` the unit tests run while the servers start)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def cli(*args: str) -> Result:
 
 
 @pytest.fixture
-def opened(tmp_path: Path, monkeypatch: Any) -> tuple[str, list[Any], list[Any]]:
+def opened(tmp_path: Path, monkeypatch: Any, zookeeper_available: None) -> tuple[str, list[Any], list[Any]]:
     """A store URL, and the stores the command opens and closes (recorded)."""
     url = f"sqlite:///{tmp_path}/s.db"
     assert cli("schema", "apply", "--store", url).exit_code == 0
