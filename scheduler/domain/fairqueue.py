@@ -165,23 +165,25 @@ class FairQueue(Generic[J]):
         heap = self._lanes.get((kind, prio, None))
         live, ready_ids, ident_of = self._live, self._ready_ids, self._id
         taken = 0
-        while heap and len(out) < n:
-            seq, job = heap[0][1], heap[0][2]
-            ident = ident_of(job)
-            if live.get(ident, (None,))[0] != seq:
-                heapq.heappop(heap)  # removed while queued
-                continue
-            reason = admit(job)
-            if reason is not None:
-                refused.add(kind)
-                self.throttled[(kind, reason)] += 1
-                break
-            heapq.heappop(heap)
-            del live[ident]
-            ready_ids.discard(ident)
-            out.append(job)
-            taken += 1
-        self._ready[kind] -= taken
+        try:  # an admit that raises: the jobs taken so far are counted out
+            while heap and len(out) < n:
+                seq, job = heap[0][1], heap[0][2]
+                ident = ident_of(job)
+                if live.get(ident, (None,))[0] != seq:
+                    heapq.heappop(heap)  # removed while queued
+                    continue
+                reason = admit(job)
+                if reason is not None:
+                    refused.add(kind)
+                    self.throttled[(kind, reason)] += 1
+                    break
+                heapq.heappop(heap)
+                del live[ident]
+                ready_ids.discard(ident)
+                out.append(job)
+                taken += 1
+        finally:
+            self._ready[kind] -= taken
         # An emptied lane is dropped from its ring by the next ``_next``, as when a
         # turn finds it empty.
 

@@ -292,3 +292,108 @@ def test_one_take_of_n_is_n_takes_of_one(spec, sizes, removed, tokens, known_due
             one += ids(step)
         assert got == one
     assert len(bulk) == len(single)
+
+
+class _PerTurn(FairQueue[J]):
+    """The reference: one job per ring turn (no run of a lone keyless lane)."""
+
+    def _run(self, *args: object) -> None:
+        pass
+
+
+def _observed(q: FairQueue[J]) -> tuple[object, ...]:
+    return (len(q), sorted(ids(q.jobs())), q.waiting_kinds(), sorted(q.parked_kinds()),
+            len(q._ready_ids),
+            +q.throttled, {k: q.running(*k) for k in [("k", "a"), ("k", "b"), ("m", "a")]})
+
+
+added = st.lists(st.tuples(st.sampled_from(["k", "k", "k", "m"]),
+                           st.sampled_from([None, None, None, "a", "b"]),
+                           st.sampled_from([0, 5, 5, 9]), st.integers(-5, 10), st.booleans()),
+                 max_size=8)
+action = st.one_of(
+    st.tuples(st.just("take"), st.integers(0, 10), st.integers(1, 40)),
+    st.tuples(st.just("take"), st.integers(0, 10), st.integers(1, 40)),
+    st.tuples(st.just("remove"), st.integers(0, 80)),
+    st.tuples(st.just("readd"), st.integers(0, 80), st.sampled_from([0, 5, 9]), st.integers(-5, 10)),
+    st.tuples(st.just("finish"), st.integers(0, 40)),
+    st.tuples(st.just("tokens"), st.sampled_from(["k", "m"]), st.integers(0, 12)),
+    st.tuples(st.just("key_limit"), st.sampled_from(["k", "m"]), st.none() | st.integers(1, 2)),
+    st.tuples(st.just("excess"), st.sampled_from(["k", "m"]), st.integers(0, 5)),
+    st.tuples(st.just("oldest"), st.sampled_from(["k", "m"]), st.integers(0, 5)),
+)
+ops = st.lists(st.tuples(added, action), min_size=1, max_size=20)
+
+
+@pytest.mark.fuzz
+@given(plan=ops)
+def test_a_run_changes_nothing_a_turn_per_job_would_not(plan):
+    """The same operations on the queue and on a reference taking one job per ring turn:
+    the same jobs in the same order, the same gate calls, and the same bookkeeping
+    (waiting counts, refusals, parked keys, running counts), whatever comes between takes."""
+    queues: list[FairQueue[J]] = [FairQueue(), _PerTurn()]
+    calls: list[list[str]] = [[], []]
+    tokens = [{"k": 8, "m": 40}, {"k": 8, "m": 40}]
+    taken: list[J] = []
+    now, n_added = 0, 0
+
+    def gate(i: int) -> Callable[[J], str | None]:
+        def admit(job: J) -> str | None:
+            calls[i].append(job.job_id)
+            if tokens[i][job.kind] <= 0:
+                return "rate"
+            tokens[i][job.kind] -= 1
+            return None
+        return admit
+
+    admits = [gate(0), gate(1)]
+    for jobs, op in plan:
+        for kind, key, prio, ahead, known_due in jobs:
+            job = J(f"j{n_added}", kind, key, prio, now + ahead)
+            n_added += 1
+            assert {q.add(job, now if known_due else None) for q in queues} == {True}
+        if op[0] == "remove":
+            assert len({q.remove(f"j{op[1]}") for q in queues}) == 1
+        elif op[0] == "readd":  # a row read again (FlowQueue.push removes, then adds)
+            if op[1] < n_added:
+                again = J(f"j{op[1]}", "k", None, op[2], now + op[3])
+                assert len({(q.remove(again.job_id), q.add(again, now)) for q in queues}) == 1
+        elif op[0] == "take":
+            now += op[1]
+            got = [q.take(op[2], now, admits[i]) for i, q in enumerate(queues)]
+            assert got[0] == got[1]
+            assert calls[0] == calls[1]
+            taken += got[0]
+        elif op[0] == "finish":
+            if taken:
+                job = taken.pop(op[1] % len(taken))
+                for q in queues:
+                    q.finished(job)
+        elif op[0] == "tokens":
+            for t in tokens:
+                t[op[1]] = op[2]
+        elif op[0] == "key_limit":
+            for q in queues:
+                q.set_key_limit(Limits(op[1], per_key_concurrency=op[2]))
+        elif op[0] == "excess":
+            assert len({tuple(ids(q.take_excess(op[1], op[2]))) for q in queues}) == 1
+        else:
+            assert len({tuple(ids(q.take_oldest(op[1], op[2]))) for q in queues}) == 1
+        assert _observed(queues[0]) == _observed(queues[1])
+
+
+def test_an_admit_that_raises_mid_run_keeps_the_waiting_count():
+    q: FairQueue[J] = FairQueue()
+    for i in range(5):
+        q.add(J(f"j{i}"))
+    calls = [0]
+
+    def third_raises(job: J) -> str | None:
+        calls[0] += 1
+        if calls[0] == 3:
+            raise RuntimeError("gate broke")
+        return None
+
+    with pytest.raises(RuntimeError):
+        q.take(10, 0, third_raises)
+    assert q.waiting("k") == len(q) == 3
