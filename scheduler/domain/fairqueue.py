@@ -81,11 +81,27 @@ class FairQueue(Generic[J]):
     def running(self, kind: str, key: str) -> int:
         return self._running[(kind, key)]
 
-    def add(self, job: J, now_ms: int | None = None) -> bool:
+    def add(self, job: J) -> bool:
         """Queue a job; False if one with its id is queued already (a re-read row).
-        ``now_ms``: the caller's clock, when it knows the job is due (it goes straight to
-        its lane, as ``take`` at that time would put it). Raises InvalidInput for a
-        priority outside 0-9, queueing nothing."""
+        Raises InvalidInput for a priority outside 0-9, queueing nothing."""
+        return self._add(job, None)
+
+    def add_due(self, jobs: list[J], now_ms: int) -> None:
+        """``add`` each job and promote what is due at ``now_ms`` (as ``take`` at that time
+        does first), the caller having found the jobs due: they go straight to their
+        lanes in due order (stable), the order promotion would give them, without the
+        heap of jobs not due yet. When jobs added earlier have come due meanwhile, the
+        batch goes through that heap (their order against the batch is promotion's).
+        Raises InvalidInput for a bad priority, having queued the jobs before it."""
+        if self._future and self._future[0][0] <= now_ms:
+            for job in jobs:
+                self._add(job, None)
+            self._promote(now_ms)
+            return
+        for job in sorted(jobs, key=_due):
+            self._add(job, now_ms)
+
+    def _add(self, job: J, now_ms: int | None) -> bool:
         check_priority(job.priority)
         ident = self._id(job)
         if ident in self._live:
@@ -358,3 +374,7 @@ class FairQueue(Generic[J]):
         for job in out:
             self.remove(self._id(job))
         return out
+
+
+def _due(job: Queued) -> int:
+    return job.due_ms

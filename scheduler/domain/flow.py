@@ -5,12 +5,12 @@ A fleet-wide limit holds because a poller's part falls at once but rises only in
 the others' published parts leave free, and only once they have seen its last one
 (``rate_part``, ``slot_part``, ``may_raise``): pollers read at different moments, so
 their snapshots differ, and the raise rule, not a shared snapshot, keeps the sum within
-the limit. The split is max-min fair (water-filling), not proportional to demand: with a rate
-of 10/s, a poller holding 5 jobs of a small key and one holding a backlog of 10,000 get 5/s
-and 5/s, so the small key is not starved by where its shard happens to live. What the
-demanding pollers do not need is split equally among all of them, idle ones included, so a
-job arriving at an idle poller can start at once (a strictly proportional split would give
-an idle poller nothing, and its first job would wait for the next published demand).
+the limit. The split is max-min fair (water-filling), not proportional to demand: with a
+rate of 10/s, a poller holding 5 jobs of a small key and one holding a backlog of 10,000
+get 5/s and 5/s, so the small key is not starved by where its shard lives. What the
+demanding pollers do not need is split equally among all, idle ones included, so a job
+arriving at an idle poller can start at once (a proportional split would give an idle
+poller nothing, and its first job would wait for the next published demand).
 """
 
 from __future__ import annotations
@@ -27,11 +27,9 @@ from .model import check_kind
 
 MAX_KEY_BYTES = 256
 PRIORITIES = range(10)  # 0-9; 9 starts first
-# A job given no priority sits in the middle, not at the bottom: bulk work (a backfill,
-# a nightly export) can then be scheduled below the normal traffic (0-4), not only urgent
-# work above it. With 0 as the default, "lower than normal" could not be said at all.
-# Rows written before schema v007 read as this priority too. (domain.model.Job repeats
-# the value as its field's default: model is imported by this module.)
+# A job given no priority sits in the middle, so bulk work (a backfill) can go below the
+# normal traffic (0-4), not only urgent work above it. Rows written before schema v007
+# read as this too. (domain.model.Job repeats it as its field's default.)
 DEFAULT_PRIORITY = 5
 # Larger is surely a typo (or an attempt to overflow something downstream).
 MAX_LIMIT = 1_000_000_000
@@ -127,7 +125,9 @@ def _flag(name: str) -> str:
 
 def check_priority(priority: object) -> int:
     """A job's priority: an int 0-9, 9 starts first (a bool is refused)."""
-    if type(priority) is not int or not 0 <= priority <= 9:  # a bool is not an int here
+    if type(priority) is not int and isinstance(priority, int) and not isinstance(priority, bool):
+        priority = int(priority)  # an IntEnum member, say (type() first: on every queued job)
+    if type(priority) is not int or not 0 <= priority <= 9:
         raise InvalidInput(f"priority {_show(priority)} is not a whole number 0-9 (9 starts first)")
     return priority
 

@@ -116,6 +116,14 @@ class Dispatcher:
         """The dispatch thread's body, until the poller stops."""
         core, runner, flight = self.core, self.runner, self.core.flight
         while not core.stopping.is_set():
+            if flight.in_flight() > flight.refill_at:
+                # More than half the cap is queued for the workers already: wait until
+                # they drained to half, then take a half at once. Taking the few slots
+                # freed since the last take handed chunks of two jobs to the workers
+                # (a hand-off each), and kept due jobs in the work queue instead of the
+                # fair queue, where priority orders them.
+                self._wait_free()
+                continue
             jobs = self.due_jobs()
             if jobs and core.pregate is not None and any(j.job_id.startswith(OCCURRENCE_PREFIX)
                                                          for j in jobs):
@@ -129,14 +137,20 @@ class Dispatcher:
                 for i in range(0, len(jobs), size):
                     runner.submit(jobs[i:i + size])
                 continue
-            # Set the flag before looking, so a worker finishing meanwhile wakes us.
-            flight.free.clear()
-            flight.want = True
             if flight.in_flight() > flight.refill_at:
-                flight.free.wait(0.05)
-                flight.want = False
+                self._wait_free()
                 continue
-            flight.want = False
             with core.cond:
                 wait = core.due.next_wake_s(core.clock.now_ms())
                 core.cond.wait(min(wait, core.config.poll_interval_s))
+
+    def _wait_free(self) -> None:
+        """Until the workers bring the jobs in flight down to the refill mark (at most
+        50 ms: a stop is seen within that)."""
+        flight = self.core.flight
+        # Set the flag before looking, so a worker finishing meanwhile wakes us.
+        flight.free.clear()
+        flight.want = True
+        if flight.in_flight() > flight.refill_at:
+            flight.free.wait(0.05)
+        flight.want = False

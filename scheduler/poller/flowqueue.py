@@ -135,9 +135,7 @@ class FlowQueue:
         """Up to ``max_n`` jobs to start now: every due job moves to the fair stage (within
         the poller's own rate bounds), then the fair queue picks, each through its kind's
         gate. Each job returned is admitted: call ``finished`` for it later."""
-        add = self.fair.add
-        for job in self.due.pop_ready(now_ms, len(self.due)):
-            add(job, now_ms)
+        self.fair.add_due(self.due.pop_ready(now_ms, len(self.due)), now_ms)
         # The clock read once per take, not per job: a take lasts microseconds, and the
         # parts' expiry moves once a second.
         now = self._take_now = self._mono()

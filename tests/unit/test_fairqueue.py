@@ -260,8 +260,12 @@ def test_one_take_of_n_is_n_takes_of_one(spec, sizes, removed, tokens, known_due
     added as known due."""
     def build() -> FairQueue[J]:
         q: FairQueue[J] = FairQueue()
-        for i, (kind, key, prio, due) in enumerate(spec):
-            q.add(J(f"j{i}", kind, key, prio, due), 100 if known_due else None)
+        batch = [J(f"j{i}", kind, key, prio, due) for i, (kind, key, prio, due) in enumerate(spec)]
+        if known_due:
+            q.add_due(batch, 100)
+        else:
+            for job in batch:
+                q.add(job)
         for i in removed:
             q.remove(f"j{i}")
         return q
@@ -295,10 +299,16 @@ def test_one_take_of_n_is_n_takes_of_one(spec, sizes, removed, tokens, known_due
 
 
 class _PerTurn(FairQueue[J]):
-    """The reference: one job per ring turn (no run of a lone keyless lane)."""
+    """The reference: one job per ring turn (no run of a lone keyless lane), and due jobs
+    added one by one, then promoted as a take does (no lane joined at once)."""
 
     def _run(self, *args: object) -> None:
         pass
+
+    def add_due(self, jobs: list[J], now_ms: int) -> None:
+        for job in jobs:
+            self.add(job)
+        self._promote(now_ms)
 
 
 def _observed(q: FairQueue[J]) -> tuple[object, ...]:
@@ -348,16 +358,24 @@ def test_a_run_changes_nothing_a_turn_per_job_would_not(plan):
 
     admits = [gate(0), gate(1)]
     for jobs, op in plan:
-        for kind, key, prio, ahead, known_due in jobs:
-            job = J(f"j{n_added}", kind, key, prio, now + ahead)
+        batch = []
+        for kind, key, prio, ahead, _known in jobs:
+            batch.append(J(f"j{n_added}", kind, key, prio, now + ahead))
             n_added += 1
-            assert {q.add(job, now if known_due else None) for q in queues} == {True}
+        if any(known for *_, known in jobs):  # a batch found due (FlowQueue.pop_ready)
+            for q in queues:
+                q.add_due(batch, now)
+        else:
+            for job in batch:
+                assert {q.add(job) for q in queues} == {True}
         if op[0] == "remove":
             assert len({q.remove(f"j{op[1]}") for q in queues}) == 1
         elif op[0] == "readd":  # a row read again (FlowQueue.push removes, then adds)
             if op[1] < n_added:
                 again = J(f"j{op[1]}", "k", None, op[2], now + op[3])
-                assert len({(q.remove(again.job_id), q.add(again, now)) for q in queues}) == 1
+                assert len({q.remove(again.job_id) for q in queues}) == 1
+                for q in queues:
+                    q.add_due([again], now)
         elif op[0] == "take":
             now += op[1]
             got = [q.take(op[2], now, admits[i]) for i, q in enumerate(queues)]
@@ -397,3 +415,28 @@ def test_an_admit_that_raises_mid_run_keeps_the_waiting_count():
     with pytest.raises(RuntimeError):
         q.take(10, 0, third_raises)
     assert q.waiting("k") == len(q) == 3
+
+
+def test_jobs_found_due_together_join_the_rings_in_due_order():
+    """A batch found due at once joins as the next take's promotion would have it: the
+    older job's key first, whatever order the batch came in (the due queue's order is by
+    fire time, and a deferred or retried job keeps an older due time)."""
+    for batch in ([J("fresh", key="b", due_ms=90), J("deferred", key="a", due_ms=10)],
+                  [J("deferred", key="a", due_ms=10), J("fresh", key="b", due_ms=90)]):
+        q: FairQueue[J] = FairQueue()
+        q.add_due(batch, 100)
+        assert ids(q.take(1, 100, always)) == ["deferred"]
+
+
+def test_an_int_enum_priority_is_its_value():
+    from enum import IntEnum
+
+    from scheduler.domain.flow import check_priority
+
+    class Priority(IntEnum):
+        HIGH = 9
+
+    assert check_priority(Priority.HIGH) == 9 and type(check_priority(Priority.HIGH)) is int
+    for bad in (True, 10, -1, 1.0, "5", None):
+        with pytest.raises(InvalidInput):
+            check_priority(bad)
