@@ -63,6 +63,9 @@ class AsyncWorkers:
     def submit(self, jobs: list[Job]) -> None:
         self.loop.call_soon_threadsafe(self._spawn, jobs)
 
+    def handed_over(self) -> int:
+        return 0  # the loop starts what it is given at once
+
     def fire_inline(self, jobs: list[Job]) -> list[Outcome]:
         """Run handlers to completion in the caller's thread, on a loop of its own."""
         skips = self.core.gate(jobs) if self.core.gate is not None else {}

@@ -30,6 +30,9 @@ class Runner(Protocol):
 
     def submit(self, jobs: list[Job]) -> None: ...
 
+    def handed_over(self) -> int:
+        """Chunks submitted that no worker has taken yet (0 where none wait: a loop)."""
+
 
 def due_jobs(core: Core) -> list[Job]:
     """Take the jobs that may fire now (due, within rate and in-flight bounds) and count
@@ -116,12 +119,13 @@ class Dispatcher:
         """The dispatch thread's body, until the poller stops."""
         core, runner, flight = self.core, self.runner, self.core.flight
         while not core.stopping.is_set():
-            if flight.in_flight() > flight.refill_at:
-                # More than half the cap is queued for the workers already: wait until
-                # they drained to half, then take a half at once. Taking the few slots
-                # freed since the last take handed chunks of two jobs to the workers
-                # (a hand-off each), and kept due jobs in the work queue instead of the
-                # fair queue, where priority orders them.
+            if flight.in_flight() > flight.refill_at and runner.handed_over():
+                # More than half the cap in flight, and chunks still waiting for a worker:
+                # wait until the workers drain to half, then take a half at once. Taking
+                # the few slots freed since the last take handed chunks of two jobs to the
+                # workers (a hand-off each), and kept due jobs in the work queue instead
+                # of the fair queue, where priority orders them. (With nothing waiting,
+                # what is in flight runs, on an event loop say: take what is free.)
                 self._wait_free()
                 continue
             jobs = self.due_jobs()

@@ -101,6 +101,9 @@ class ThreadWorkers:
     def submit(self, jobs: list[Job]) -> None:
         self.work.put(jobs)
 
+    def handed_over(self) -> int:
+        return self.work.qsize()
+
     def _unstarted(self) -> list[Job]:
         """Take every chunk waiting in the work queue (a stop's end markers stay)."""
         out: list[Job] = []
