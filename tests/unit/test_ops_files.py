@@ -313,3 +313,30 @@ def test_compose_keeps_the_nudge_socket_off_the_host():
                 assert "console" in svc["command"], f"{name} publishes the nudge port {spec}"
     comment = text[:text.index("SCHEDULER_NOTIFY_ADDRESS")]
     assert "unauthenticated" in comment and "private network" in comment
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(("layout", "lines"), [
+    ([], ["node1 127.0.0.1:9999 "]),
+    (["--nodes", "3"], ["node1 127.0.0.1:9999 ", "node2 127.0.0.2:9999 ", "node3 127.0.0.3:9999 "]),
+    (["--nodes", "3", "--dcs", "2"],
+     ["node1 127.0.0.1:9999 dc dc1 ", "node2 127.0.0.2:9999 dc dc1 ", "node3 127.0.0.3:9999 dc dc2 "]),
+])
+def test_ops_cassandra_status_runs_in_every_layout(tmp_path: Path, layout: list[str], lines: list[str]):
+    """The script gets past its settings in every layout (a shell slip there once ended
+    it before it printed anything): status of nodes that do not run, on an unused port,
+    from a copy of the scripts (so its data folder is a fresh one, found as by default)."""
+    ops = tmp_path / "ops"
+    ops.mkdir()
+    for name in ("cassandra", "lib.sh"):
+        (ops / name).write_bytes((REPO / "ops" / name).read_bytes())
+        (ops / name).chmod(0o755)
+    res = subprocess.run([str(ops / "cassandra"), *layout, "status"], capture_output=True, text=True,
+                         timeout=60, cwd=tmp_path,
+                         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "CASSANDRA_NATIVE_PORT": "9999"})
+    assert res.returncode == 1, res.stderr  # every node down
+    got = res.stdout.splitlines()
+    assert [ln[:len(want)] for ln, want in zip(got, lines, strict=True)] == lines, res.stdout
+    assert all(ln.endswith(" down") for ln in got)
