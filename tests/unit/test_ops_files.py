@@ -335,7 +335,8 @@ def test_ops_cassandra_status_runs_in_every_layout(tmp_path: Path, layout: list[
         (ops / name).chmod(0o755)
     res = subprocess.run([str(ops / "cassandra"), *layout, "status"], capture_output=True, text=True,
                          timeout=60, cwd=tmp_path,
-                         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "CASSANDRA_NATIVE_PORT": "9999"})
+                         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+                              "CASSANDRA_NATIVE_PORT": "9999"})
     assert res.returncode == 1, res.stderr  # every node down
     got = res.stdout.splitlines()
     assert [ln[:len(want)] for ln, want in zip(got, lines, strict=True)] == lines, res.stdout
