@@ -82,7 +82,7 @@ def markdown(report: dict[str, Any]) -> str:
     for key, e in report["results"].items():
         met = {True: "yes", False: "**no**", None: "reported"}[e["met"]]
         lines.append(f"| `{key}` | {fmt(e['value'])} {e['unit']} | {fmt(e['baseline'])} ({e['baseline_is']}) "
-                     f"| {fmt(e['ratio'])} | {e['goal']} | {met} |")
+                     f"| {fmt(e['ratio'])}{_spread_text(e['details'])} | {e['goal']} | {met} |")
     fire = report["results"].get("fire_throughput")
     if fire and "per_round" in fire["details"]:
         d = fire["details"]
@@ -113,6 +113,23 @@ def markdown(report: dict[str, Any]) -> str:
     lines += ["", "Plots: " + ", ".join(f"[{p}]({p})" for p in report["plots"]), "",
               "Details of every figure are in report.json."]
     return "\n".join(lines) + "\n"
+
+
+def spread(details: dict[str, Any]) -> tuple[float, float, int] | None:
+    """The lowest and highest of a figure's per-round ratios, and how many rounds: what a
+    median of paired rounds hides (None for a figure of one run)."""
+    rounds = details.get("per_round")
+    if isinstance(rounds, list) and rounds and isinstance(rounds[0], dict):
+        name = "ratio" if "ratio" in rounds[0] else "cpu_ratio" if "cpu_ratio" in rounds[0] else None
+        if name is not None:
+            values = [float(r[name]) for r in rounds]
+            return min(values), max(values), len(values)
+    return None
+
+
+def _spread_text(details: dict[str, Any]) -> str:
+    s = spread(details)
+    return "" if s is None else f" (rounds {fmt(s[0])} to {fmt(s[1])}, {s[2]})"
 
 
 def _driver_line(d: dict[str, Any] | None) -> str:
