@@ -52,4 +52,5 @@ def test_markdown_explains_the_paired_fire_ratio():
                                                    ratio=1.0)}}
     text = markdown(report)
     assert "median of the rounds' ratios (0.9, 1.1, 1)" in text and "per-row binding" in text
-    assert "| 1 |" in text  # the table shows the median ratio, not value / baseline (0.9)
+    # The table shows the median ratio (not value / baseline, 0.9) and the rounds' spread.
+    assert "| 1 (rounds 0.9 to 1.1, 3) |" in text
