@@ -9,6 +9,7 @@ is one DC, ``datacenter1``): they are labels for the assignment."""
 from __future__ import annotations
 
 import time
+from typing import cast
 
 import pytest
 
@@ -56,7 +57,11 @@ def kill(fleet: Fleet) -> None:
     fleet._stop.set()
     if fleet._thread is not None:
         fleet._thread.join(timeout=12)
-    fleet.coord.zk.stop()
+    cast(ZooKeeperCoordinator, fleet.coord).zk.stop()
+
+
+def zk(fleet: Fleet):
+    return cast(ZooKeeperCoordinator, fleet.coord).zk
 
 
 def homes() -> dict[str, set[int]]:
@@ -71,7 +76,7 @@ def test_home_dcs_fail_over_after_the_delay_and_back(env):
     home = homes()
     assert home["dc1"] and home["dc2"], "the rule splits 8 shards between both DCs"
     a1, a2, b1 = member("a1", "dc1"), member("a2", "dc1"), member("b1", "dc2")
-    dcrec.write_home(a1.coord.zk, root, WEIGHTS, None)
+    dcrec.write_home(zk(a1), root, WEIGHTS, None)
 
     def split_by_home() -> bool:
         return (a1.poller.shards | a2.poller.shards == home["dc1"] and b1.poller.shards == home["dc2"]
@@ -92,7 +97,7 @@ def test_home_dcs_fail_over_after_the_delay_and_back(env):
     foreign = b1.poller.metrics.foreign_shards.labels(dc="dc2", home_dc="dc1")._value.get()
     assert foreign == len(home["dc1"])
 
-    records = dcrec.read_outages(b1.coord.zk, root)
+    records = dcrec.read_outages(zk(b1), root)
     taken = {r["shard"] for r in records}
     assert taken == home["dc1"]
     assert all(r["home_dc"] == "dc1" and r["dc"] == "dc2" and r["member"] == "b1"
@@ -103,7 +108,7 @@ def test_home_dcs_fail_over_after_the_delay_and_back(env):
     wait_until(lambda: a3.poller.shards == home["dc1"] and b1.poller.shards == home["dc2"], 60,
                "dc1's shards back with the returning dc1 member")
     assert time.monotonic() - back >= FAILOVER_S
-    wait_until(lambda: all("ended_ms" in r for r in dcrec.read_outages(b1.coord.zk, root)), 10,
+    wait_until(lambda: all("ended_ms" in r for r in dcrec.read_outages(zk(b1), root)), 10,
                "the outage records closed by the fail-back")
     assert b1.poller.metrics.foreign_shards.labels(dc="dc2", home_dc="dc1")._value.get() == 0
     checkpoints = {c.shard: c.owner for c in store.checkpoints()}
