@@ -6,9 +6,8 @@ a hash of shard and DC) and the lowest score wins. A DC's expected share of the 
 its weight over the sum of weights, with no stored state, and a change of weights moves
 only what it must: raising one DC's weight moves shards to that DC only, lowering it
 moves shards away from it only, adding a DC takes shards from the others only (each
-shard's score under every other DC is unchanged). See Schindelhauer and Schomaker,
-"Weighted distributed hash tables" (SPAA 2005) and Resch, "New hashing algorithms for
-data storage" (weighted rendezvous hashing).
+shard's score under every other DC is unchanged). This is weighted rendezvous
+hashing (https://en.wikipedia.org/wiki/Rendezvous_hashing#Weighted_rendezvous_hash).
 
 Members of a shard's home DC own it. When the home DC is *away* (no live member there
 for the fail-over delay: ``next_away``), members of every other DC may own it, until the
