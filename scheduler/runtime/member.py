@@ -66,6 +66,7 @@ class Fleet:
         self.dc = coordinator.dc
         self._clocks = DcClocks(failover_s, failover_s)
         self._plan: Plan | None = None  # the plan our shards come from
+        self._foreign_homes: set[str] = set()  # home DCs of the foreign shards last counted
         self.store_release_s = store_release_s
         self.stepped_out = False
         self._fault = FaultLog(log, "rebalancing", action="rebalance")
@@ -221,6 +222,9 @@ class Fleet:
             home = home_of(shard, weights) if weights else None
             if home is not None and home != self.dc:
                 counts[home] = counts.get(home, 0) + 1
+        for home in self._foreign_homes - set(counts):  # the rule changed: no stale series
+            counts[home] = 0
+        self._foreign_homes = {h for h, n in counts.items() if n}
         for home, n in counts.items():
             self.poller.metrics.foreign_shards.labels(dc=self.dc or "", home_dc=home).set(n)
 
