@@ -26,23 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import drop, fresh_store, machine, report, write_bucket_rows
-from bench.fleet import records, stop_all
+from bench.fleet import records, stop_all, wait_claimed
 from scheduler.domain.clock import SystemClock
 from scheduler.domain.keys import bucket_of_ms, shard_of
 from scheduler.domain.model import Job
 
 SHARDS = 16
-
-
-def _wait_claimed(store: Any, owners: int, timeout_s: float = 90.0) -> None:
-    """Until every shard has an owner and ``owners`` distinct pollers hold them."""
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        held = [c.owner for c in store.checkpoints()]
-        if len(held) == SHARDS and all(held) and len(set(held)) == owners:
-            return
-        time.sleep(0.2)
-    raise SystemExit(f"the pollers did not claim the {SHARDS} shards within {timeout_s:.0f} s")
 
 
 def drain(host: str, zk: str, processes: int, jobs: int, tmp: Path) -> float:
@@ -63,7 +52,7 @@ def drain(host: str, zk: str, processes: int, jobs: int, tmp: Path) -> float:
                     bucket=bucket_of_ms(due, width), shard=shard_of(f"p{i:07d}", SHARDS))
                 for i in range(jobs)]
         write_bucket_rows(store, rows)
-        _wait_claimed(store, processes)
+        wait_claimed(store, SHARDS, processes)
         if SystemClock().now_ms() > due - 2000:
             raise SystemExit("loading and claiming took too long: pass fewer --jobs")
         deadline = time.monotonic() + 600
