@@ -94,10 +94,17 @@ class Receiver:
         """Stop listening and end every connection."""
         if self._server is not None:
             self._server.close()
+        # A connection accepted a moment ago meets its protocol a loop turn or two later;
+        # one closed now would be missed and left to the garbage collector.
+        for _ in range(3):
+            await asyncio.sleep(0)
         for conn in list(self.connections):
             if conn.transport is not None:
                 conn.transport.close()
-        await asyncio.sleep(0)  # let the transports finish closing
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 2
+        while self.connections and loop.time() < deadline:  # each leaves in connection_lost
+            await asyncio.sleep(0.005)
 
     def stop(self) -> None:
         if self._thread is not None:
