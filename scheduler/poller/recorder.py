@@ -227,6 +227,13 @@ class Recorder:
         keeps the job's priority and key, so a keyed job stays in its key's shard."""
         core = self.core
         fire = max(retry_at_ms, core.clock.now_ms() + core.meta.late_margin_ms)
+        if fire == job.fire_ms:
+            # Never at the row's own position: the write would leave one pending row
+            # there while the shard's progress marks that position complete (the job
+            # then waits forever). A row ahead of its time runs only when taken early
+            # (recalled), and flow control, placing a steady backlog at a steady rate,
+            # computes the same millisecond again and again.
+            fire += 1
         bucket = bucket_of_ms(fire, core.meta.bucket_width_s)
         count = core.layouts().write_layout(bucket).shard_count
         return job.evolve(fire_ms=fire, bucket=bucket, shard=shard_key(job.job_id, job.key, count),

@@ -44,11 +44,12 @@ def _row_as_read(store: Store, job: Job) -> Job:
     return row
 
 
-def _place(store: Store, row: Job, why: str) -> Recorder:
+def _place(store: Store, row: Job, why: str, at_ms: int | None = None) -> Recorder:
     """What the poller does with a held or deferred row: a WAIT outcome, recorded."""
     now = SystemClock().now_ms()
     core = Core(store, SystemClock(), PollerConfig(), "p", PollerMetrics(), store.meta())
-    core.outcomes.put([Outcome(row, False, why, now + HOLD_MS, False, now, WAIT)])
+    at = now + HOLD_MS if at_ms is None else at_ms
+    core.outcomes.put([Outcome(row, False, why, at, False, now, WAIT)])
     recorder = Recorder(core)
     assert recorder.record_outcomes() == 1
     return recorder
@@ -79,6 +80,22 @@ def test_a_job_not_touched_meanwhile_is_placed_later(pstore: Store, why: str):
         assert pending.fire_ms > job.fire_ms and pending.due_ms == job.due_ms
         got = client.get("kept")
         assert got is not None and got.status == Status.PENDING and got.last_error == why
+
+
+def test_a_row_placed_again_at_its_own_time_moves_past_it(pstore: Store):
+    """A recalled row (queued ahead of its placed time) deferred again to that very
+    time: rewritten in place, the row would be pending where the poller's progress has
+    its position complete, and would never be read again. It goes a millisecond on."""
+    with Client(pstore) as client:
+        job = _job(client, "again")
+        _place(pstore, _row_as_read(pstore, job), DEFERRED)
+        [placed] = _pending_rows(pstore, "again", job)
+        _place(pstore, _row_as_read(pstore, placed), DEFERRED, at_ms=placed.fire_ms)
+        [pending] = _pending_rows(pstore, "again", job)
+        assert pending.fire_ms == placed.fire_ms + 1 and pending.due_ms == job.due_ms
+        [old] = [r for r in pstore.read_buckets([(placed.bucket, placed.shard, None, placed.fire_ms)], 100)[0]
+                 if r.job_id == "again" and r.fire_ms == placed.fire_ms]
+        assert old.fired_ms is not None, "the old position is retired"
 
 
 @pytest.mark.parametrize("why", [HELD, DEFERRED])

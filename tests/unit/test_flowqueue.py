@@ -159,6 +159,19 @@ def test_a_stored_rate_at_the_floor_places_the_excess_at_most_a_minute_ahead():
     assert out and max(at for _, at, _ in out) <= 1000 + 60_000
 
 
+def test_a_recalled_row_deferred_again_is_placed_after_its_row_never_at_or_before_it():
+    """A recalled row sits ahead of its due time; deferred again, it goes after its own
+    position. At it, the placement would rewrite the row the progress marks complete."""
+    q, _ = queue()
+    q.set_limits(Limits("k", per_key_concurrency=1), None, None)
+    for i in range(400):
+        # As ``take_early`` queues a recalled row: at its due time, its row far ahead.
+        q.push(job(f"r{i:03d}", 100, key="big").evolve(fire_ms=90_000 + i), at_ms=100)
+    q.pop_ready(1000, 10)
+    out = q.excess(1000)
+    assert out and all(at > j.fire_ms for j, at, _ in out)
+
+
 def test_rows_placed_later_are_recalled_once_their_kind_can_start_them_not_while_paused():
     q, _ = queue()
     q.set_limits(Limits("p", paused=True), None, None)
