@@ -172,6 +172,49 @@ def shards_resize(
     emit(data, as_json, lambda: typer.echo(f"from {data['from']} on, S = {count}"))
 
 
+@shards_app.command("home")
+def shards_home(
+    dc: Annotated[str | None, typer.Option(
+        "--dc", metavar="DC=WEIGHT,...",
+        help="Set the home-DC rule: a weight per DC, e.g. dc1=1,dc2=1 (each DC homes about "
+             "its weight's share of the shards; 0: none). Left out: print the rule.")] = None,
+    clear: Annotated[bool, typer.Option(
+        "--clear", help="Remove the rule: every poller may own every shard again.")] = False,
+    coordinator: Annotated[str | None, typer.Option(
+        help="zookeeper://h1:2181/root of the fleet (default $SCHEDULER_COORDINATOR).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show or set which DC is home to which shards (docs/two-data-centres.md): pollers
+    of a shard's home DC own it; pollers of the other DCs take it over only after
+    --dc-failover-delay without a live poller there."""
+    from ..domain.home import format_weights, homes, parse_weights
+    from ..fleet.view import read_home_rule, write_home_rule
+    from .common import check_coordinator
+
+    with errors():
+        if dc is not None and clear:
+            raise InvalidInput("give --dc to set the rule or --clear to remove it, not both")
+        weights = parse_weights(dc) if dc is not None else None
+        url = check_coordinator(coordinator)
+        if weights is not None or clear:
+            write_home_rule(url, weights)
+        current = read_home_rule(url)
+    counts: dict[str, int] = {}
+    for home in homes(range(1024), current).values():
+        counts[home] = counts.get(home, 0) + 1
+    data = {"weights": current, "share_of_1024_shards": counts}
+
+    def human() -> None:
+        if not current:
+            typer.echo("no home-DC rule: every poller may own every shard")
+            return
+        typer.echo(f"home DCs: {format_weights(current)}")
+        for name, n in sorted(counts.items()):
+            typer.echo(f"  {name}: {n / 10.24:.1f}% of the shards")
+
+    emit(data, as_json, human)
+
+
 # --- dead letters -----------------------------------------------------------------------
 
 

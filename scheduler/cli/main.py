@@ -225,7 +225,13 @@ def run(
              "supervisor that restarts them; metrics on the base port + index (0: one per core).")] = 1,
     dc: Annotated[str | None, typer.Option(
         help="Cassandra DC of this poller: its nodes only, LOCAL_QUORUM, LOCAL_SERIAL fencing "
-             "(default $SCHEDULER_DC, else the store URL's local_dc).")] = None,
+             "(default $SCHEDULER_DC, else the store URL's local_dc); also the DC it "
+             "advertises to the fleet for `shards home`.")] = None,
+    dc_failover_delay: Annotated[str, typer.Option(
+        metavar=DURATION,
+        help="With a home-DC rule (`shards home`): how long a DC may have no live poller "
+             "before pollers of the other DCs take its shards, and have one again before "
+             "they hand them back.")] = "30s",
     store: StoreOpt = None,
 ) -> None:
     """Run a poller until SIGTERM or SIGINT, then shut down gracefully (exit 0).
@@ -258,6 +264,7 @@ def run(
         interval_s = duration(poll_interval, "--poll-interval", allow_zero=False)
         session_s = duration(session_timeout, "--session-timeout", allow_zero=False)
         release_s = duration(store_failure_release, "--store-failure-release")
+        failover_s = duration(dc_failover_delay, "--dc-failover-delay")
         timeout_s = duration(handler_timeout, "--handler-timeout")
         fixed = parse_shard_spec(shards) if shards else None
         if not shards:
@@ -290,6 +297,7 @@ def run(
             code = run_poller(the_app, store=st, config=config, name=name, shards=fixed,
                               coordinator=coordinator, metrics_address=metrics_address,
                               session_timeout_s=session_s, store_failure_release_s=release_s,
+                              dc_failover_s=failover_s, dc=dc,
                               announce=lambda line: typer.echo(line, err=True))
         finally:
             st.close()

@@ -113,7 +113,8 @@ def status(store: StoreOpt = None, coordinator: CoordOpt = None, as_json: JsonOp
             st.close()
     data = {"pollers": s.members, "shards_per_poller": s.shards_per_owner, "unowned_shards": s.unowned,
             "layouts": s.layouts, "worst": s.worst.to_dict() if s.worst else None,
-            "retention_s": ret.jobs_s, "dead_retention_s": ret.dead_s}
+            "retention_s": ret.jobs_s, "dead_retention_s": ret.dead_s,
+            "poller_dcs": s.dcs, "home_weights": s.weights, "foreign_shards": s.foreign}
 
     def human() -> None:
         from rich.console import Console
@@ -124,13 +125,21 @@ def status(store: StoreOpt = None, coordinator: CoordOpt = None, as_json: JsonOp
         console.print(f"[bold]pollers[/]: {pollers}")
         table = Table(title="shards per poller")
         table.add_column("poller")
+        table.add_column("dc")
         table.add_column("shards", justify="right")
         table.add_column("which")
         for owner, shards in s.shards_per_owner.items():
-            table.add_row(cell(owner), str(len(shards)), shard_ranges(shards))
+            table.add_row(cell(owner), cell(s.dcs.get(owner) or "-"), str(len(shards)), shard_ranges(shards))
         if s.unowned:
-            table.add_row("[red]nobody[/]", str(len(s.unowned)), shard_ranges(s.unowned))
+            table.add_row("[red]nobody[/]", "", str(len(s.unowned)), shard_ranges(s.unowned))
         console.print(table)
+        if s.weights:
+            from ..domain.home import format_weights
+
+            console.print(f"home DCs: {format_weights(s.weights)}")
+        if s.foreign:
+            console.print(f"[yellow]served by a foreign DC[/]: {len(s.foreign)} shards "
+                          f"({shard_ranges(s.foreign)})")
         for lay in s.layouts:
             console.print(f"layout: from {cell(lay['from'])} on, S = {lay['shard_count']}")
         if s.worst:

@@ -31,6 +31,7 @@ __all__ = ["DEFAULT_SESSION_TIMEOUT_S", "Coordinator", "LocalCoordinator", "ZooK
 
 class Coordinator(Protocol):
     member_id: str
+    dc: str | None  # the DC this member advertises (None: none)
 
     def start(self, member_id: str) -> None: ...
     def stop(self) -> None: ...
@@ -63,6 +64,19 @@ class Coordinator(Protocol):
         """Publish ``plan`` if the published one is still at ``version`` (compare and
         set); False when another member published first."""
 
+    def member_dcs(self) -> dict[str, str | None]:
+        """Live members and the DC each advertises (None: none)."""
+
+    def read_home(self) -> dict[str, int]:
+        """The home-DC rule (``home.py``): a weight per DC; {} for none."""
+
+    def record_outage(self, record: dict[str, Any]) -> None:
+        """Keep the record of a take-over by a foreign DC (``dcs.py``); ``StoreUnavailable``
+        when it cannot be written."""
+
+    def close_outages(self, shard: int, ended_ms: int, to_bucket: int) -> int:
+        """Mark ``shard``'s open take-over records ended; how many."""
+
 
 class LocalCoordinator:
     """In-process coordination: members and locks in a registry shared by root name."""
@@ -70,16 +84,19 @@ class LocalCoordinator:
     _registries: ClassVar[dict[str, dict[str, Any]]] = {}
     _guard: ClassVar[threading.Lock] = threading.Lock()
 
-    def __init__(self, root: str = "default") -> None:
+    def __init__(self, root: str = "default", dc: str | None = None) -> None:
         with self._guard:
             self._reg = self._registries.setdefault(
-                root, {"members": set(), "locks": {}, "counter": 0, "plan": (None, -1)})
+                root, {"members": set(), "locks": {}, "counter": 0, "plan": (None, -1), "dcs": {},
+                       "home": {}, "outages": []})
         self.member_id = ""
+        self.dc = dc
 
     def start(self, member_id: str) -> None:
         self.member_id = member_id
         with self._guard:
             self._reg["members"].add(member_id)
+            self._reg["dcs"][member_id] = self.dc
 
     def stop(self) -> None:
         with self._guard:
@@ -137,17 +154,45 @@ class LocalCoordinator:
             self._reg["plan"] = (plan, version + 1)
             return True
 
+    def member_dcs(self) -> dict[str, str | None]:
+        with self._guard:
+            return {m: self._reg["dcs"].get(m) for m in sorted(self._reg["members"])}
+
+    def read_home(self) -> dict[str, int]:
+        with self._guard:
+            return dict(self._reg["home"])
+
+    def set_home(self, weights: dict[str, int] | None) -> None:
+        """Set the rule of this registry (in-process fleets and tests)."""
+        with self._guard:
+            self._reg["home"] = dict(weights or {})
+
+    def record_outage(self, record: dict[str, Any]) -> None:
+        with self._guard:
+            self._reg["outages"].append(dict(record))
+
+    def close_outages(self, shard: int, ended_ms: int, to_bucket: int) -> int:
+        n = 0
+        with self._guard:
+            for rec in self._reg["outages"]:
+                if rec["shard"] == shard and "ended_ms" not in rec:
+                    rec.update(ended_ms=ended_ms, to_bucket=to_bucket)
+                    n += 1
+        return n
+
 
 def open_coordinator(url: str | None, *, session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S,
                      credentials: Callable[[], str | None] = read_credentials,
-                     security: Callable[[], ZkSecurity] = zookeeper_security) -> Coordinator:
+                     security: Callable[[], ZkSecurity] = zookeeper_security,
+                     dc: str | None = None) -> Coordinator:
     """``local`` or ``zookeeper://h1:2181,h2:2181/root``; ``ConfigError`` (one line) for a
-    malformed URL, checked before anything connects."""
+    malformed URL, checked before anything connects. ``dc``: the DC the member
+    advertises in its membership data."""
     if not url or url == "local":
-        return LocalCoordinator()
+        return LocalCoordinator(dc=dc)
     zk_url = check_coordinator_url(url)  # ConfigError, one line, before anything connects
     if zk_url is None:
-        return LocalCoordinator(url.split(":", 1)[1] or "default")
+        return LocalCoordinator(url.split(":", 1)[1] or "default", dc=dc)
     return ZooKeeperCoordinator(zk_url.hosts, zk_url.root,
                                 session_timeout_s=session_timeout_s, credentials=credentials(),
-                                security=security())
+                                security=security(), dc=dc)

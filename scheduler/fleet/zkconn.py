@@ -37,8 +37,9 @@ def heal_acls(zk: Any, root: str, acl: list[Any] | None) -> None:
     if not acl:
         return
     paths = [root, f"{root}/members", f"{root}/locks"]
-    if zk.exists(f"{root}/assignment"):  # the published plan (plan.py), a persistent node
-        paths.append(f"{root}/assignment")
+    for extra in ("assignment", "home", "outages"):  # the plan (plan.py) and dcs.py's nodes
+        if zk.exists(f"{root}/{extra}"):
+            paths.append(f"{root}/{extra}")
     if all(set(zk.get_acls(p)[0]) == set(acl) for p in paths):
         return
     for lock in [f"{root}/locks/{name}" for name in zk.get_children(f"{root}/locks")]:

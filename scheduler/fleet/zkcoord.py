@@ -26,8 +26,9 @@ import time
 from typing import Any
 
 from ..domain.plan import Plan, decode, encode
-from ..errors import ConfigError, StoreUnavailable
+from ..errors import ConfigError, InvalidInput, StoreUnavailable
 from ..security import ZkSecurity
+from . import dcs as dcrec
 from .zkconn import RECONNECT, heal_acls, kazoo_client, zk_unreachable
 
 log = logging.getLogger("scheduler.coord")
@@ -39,7 +40,8 @@ DEFAULT_SESSION_TIMEOUT_S = 10.0
 
 class ZooKeeperCoordinator:
     def __init__(self, hosts: str, root: str, *, session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S,
-                 credentials: str | None = None, security: ZkSecurity | None = None) -> None:
+                 credentials: str | None = None, security: ZkSecurity | None = None,
+                 dc: str | None = None) -> None:
         self.hosts, self.root = hosts, root.rstrip("/") or "/scheduler"
         self.session_timeout_s = session_timeout_s
         # kazoo's default reconnection delay doubles up to an hour: after a 30 s outage of
@@ -50,6 +52,10 @@ class ZooKeeperCoordinator:
                                default_acl=self.security.acl(credentials),
                                connection_retry=RECONNECT)
         self.member_id = ""
+        self.dc = dc  # advertised in our member node's data
+        self._dcs: dict[str, str | None] = {}  # member -> DC, read once per member node
+        self._home: dict[str, int] = {}
+        self._home_stale = True
         self._plan: tuple[Plan | None, int] = (None, -1)
         self._plan_zxid = -1  # mzxid of the plan read: unlike the version, it survives a re-create
         self._plan_stale = True
@@ -104,7 +110,7 @@ class ZooKeeperCoordinator:
         give_up = time.monotonic() + self.session_timeout_s * 1.5 + 2.0
         while True:
             try:
-                self.zk.create(path, b"", ephemeral=True)
+                self.zk.create(path, dcrec.encode_member(self.dc), ephemeral=True)
                 return
             except NodeExistsError:
                 stat = self.zk.exists(path)
@@ -148,7 +154,7 @@ class ZooKeeperCoordinator:
         else:
             # Watches fire for what changed while we were away (kazoo re-arms them), but a
             # read after a reconnect costs little and depends on nothing.
-            self._members_stale = self._plan_stale = True
+            self._members_stale = self._plan_stale = self._home_stale = True
             with self._lock:
                 self._suspect |= set(self._locks)
             self._suspended = False
@@ -198,6 +204,9 @@ class ZooKeeperCoordinator:
 
     def _on_plan(self, event: Any) -> None:
         self._plan_stale = True
+
+    def _on_home(self, event: Any) -> None:
+        self._home_stale = True
 
     def _on_lock(self, event: Any) -> None:
         """``event.path`` is ``<root>/locks/<shard>/<node>``."""
@@ -315,8 +324,62 @@ class ZooKeeperCoordinator:
             raise StoreUnavailable("joining the fleet failed: ZooKeeper is not connected")
         self._members_stale = True
         try:
-            self.zk.create(f"{self.root}/members/{self.member_id}", b"", ephemeral=True)
+            self.zk.create(f"{self.root}/members/{self.member_id}", dcrec.encode_member(self.dc),
+                           ephemeral=True)
         except NodeExistsError:
             pass
         except Exception as exc:  # ConnectionLoss, a timeout of kazoo's handler
             raise StoreUnavailable(f"joining the fleet failed: {exc!r}") from None
+
+    # --- data centres (dcs.py) --------------------------------------------------------
+
+    def member_dcs(self) -> dict[str, str | None]:
+        """Live members and the DC each advertises. A member node's data is read once
+        (a member's DC is fixed for its node's life); one that cannot be read counts as
+        no DC until the next membership change."""
+        from kazoo.exceptions import NoNodeError
+
+        names = self.members()
+        if not names:
+            return {}
+        for name in [n for n in names if n not in self._dcs]:
+            try:
+                data, _ = self.zk.get(f"{self.root}/members/{name}")
+                self._dcs[name] = dcrec.decode_member(data)
+            except NoNodeError:
+                continue  # gone meanwhile: the watch says so
+            except Exception:
+                self._members_stale = True
+                return {n: self._dcs.get(n) for n in names}
+        self._dcs = {n: self._dcs[n] for n in names if n in self._dcs}
+        return {n: self._dcs.get(n) for n in names}
+
+    def read_home(self) -> dict[str, int]:
+        """The home-DC rule, read again only after its watch fired. Raises
+        ``StoreUnavailable`` when it cannot be read; a node that does not parse keeps the
+        last good rule (logged)."""
+        if not self._home_stale:
+            return self._home
+        self._home_stale = False
+        try:
+            self._home = dcrec.read_home(self.zk, self.root, watch=self._on_home)
+        except InvalidInput as exc:
+            log.error("%s; keeping the rule read before", exc, extra={"action": "home_unreadable"})
+        except Exception as exc:
+            self._home_stale = True
+            raise StoreUnavailable(f"reading the home-DC rule failed: {exc!r}") from None
+        return self._home
+
+    def record_outage(self, record: dict[str, Any]) -> None:
+        try:
+            dcrec.record_outage(self.zk, self.root, record, self.zk.default_acl)
+        except Exception as exc:
+            raise StoreUnavailable(f"recording the take-over of shard {record.get('shard')} failed: "
+                                   f"{exc!r}") from None
+
+    def close_outages(self, shard: int, ended_ms: int, to_bucket: int) -> int:
+        try:
+            return dcrec.close_outages(self.zk, self.root, shard, ended_ms, to_bucket)
+        except Exception as exc:
+            raise StoreUnavailable(f"closing the take-over records of shard {shard} failed: "
+                                   f"{exc!r}") from None

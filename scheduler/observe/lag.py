@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..domain.assign import live_shards
+from ..domain.home import home_of
 from ..domain.keys import bucket_of, bucket_of_ms, from_ms
 from ..domain.model import Job, Status, parse_time
 from ..errors import InvalidInput
@@ -174,6 +175,9 @@ class FleetStatus:
     unowned: list[int]
     layouts: list[dict[str, Any]]
     worst: ShardLag | None
+    dcs: dict[str, str | None] = field(default_factory=dict)  # poller -> the DC it advertises
+    weights: dict[str, int] = field(default_factory=dict)  # the home-DC rule ({}: none)
+    foreign: list[int] = field(default_factory=list)  # shards held by a poller outside their home DC
 
 
 def fleet_status(store: ShardReads, now_ms: int, fleet: FleetSnapshot | None,
@@ -192,8 +196,12 @@ def fleet_status(store: ShardReads, now_ms: int, fleet: FleetSnapshot | None,
             per_owner.setdefault(member, [])
     lays = [{"from": from_ms(lay.from_bucket * 1000).isoformat(), "from_bucket": lay.from_bucket,
              "shard_count": lay.shard_count} for lay in store.layouts().items]
+    dcs = dict(fleet.dcs) if fleet is not None else {}
+    weights = dict(fleet.weights) if fleet is not None else {}
+    foreign = sorted(s for m, mine in per_owner.items() for s in mine
+                     if weights and m in dcs and dcs[m] != home_of(s, weights))
     return FleetStatus(None if fleet is None else fleet.members, dict(sorted(per_owner.items())),
-                       unowned, lays, lags[0] if lags else None)
+                       unowned, lays, lags[0] if lags else None, dcs, weights, foreign)
 
 
 def shard_ranges(shards: list[int]) -> str:

@@ -134,6 +134,10 @@ class PollerMetrics:
         self.stepped_out = Gauge("scheduler_fleet_stepped_out",
                                  "1 while this poller has left the fleet because the store fails",
                                  registry=r)
+        self.foreign_shards = Gauge("scheduler_fleet_foreign_shards",
+                                    "Shards this poller serves whose home is another DC (a take-over), "
+                                    "by this poller's DC and the shards' home DC", ["dc", "home_dc"],
+                                    registry=r)
 
     def forget_shard(self, shard: int) -> None:
         """Drop a shard's series once it is no longer ours: a stale lag would lie."""

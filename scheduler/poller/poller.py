@@ -160,16 +160,21 @@ class Poller:
 
     # --- ownership ------------------------------------------------------------------
 
-    def claim(self, shard: int, epoch: int | None = None) -> None:
+    def claim(self, shard: int, epoch: int | None = None, *, global_fence: bool = False) -> int:
         """Start draining ``shard`` under fencing token ``epoch`` (from the coordinator;
-        None, without one: the stored epoch + 1). Raises ``OwnershipLost`` when another
-        owner holds it with a newer epoch."""
+        None, without one: the stored epoch + 1); returns the claimed checkpoint's drained
+        bucket. Raises ``OwnershipLost`` when another owner holds it with a newer epoch.
+        ``global_fence``: as the store's ``claim_shard``."""
         core = self.core
         if epoch is None:
             current = {c.shard: c.owner_epoch for c in self._store.checkpoints()}
             epoch = current.get(shard, 0) + 1
         initial = self.meta.origin_bucket - self.meta.bucket_width_s
-        cp = self._store.claim_shard(shard, self.name, epoch, initial, self.clock.now_ms())
+        if global_fence:
+            cp = self._store.claim_shard(shard, self.name, epoch, initial, self.clock.now_ms(),
+                                         global_fence=True)
+        else:
+            cp = self._store.claim_shard(shard, self.name, epoch, initial, self.clock.now_ms())
         with core.cond:
             core.shards[shard] = OwnedShard(ShardProgress(shard, self.meta.bucket_width_s, cp), epoch, cp)
             core.ended.pop(shard, None)
@@ -179,6 +184,7 @@ class Poller:
         log.info("claimed shard %d at bucket %d", shard, cp.drained,
                  extra={"action": "shard_claimed", "shard": shard, "epoch": epoch,
                         "checkpoint": cp.drained, "poller": self.name})
+        return cp.drained
 
     def release(self, shard: int, timeout_s: float | None = None) -> None:
         """Hand ``shard`` over (planned): stop reading it, drop its queued jobs, wait for

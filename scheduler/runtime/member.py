@@ -20,6 +20,13 @@ calls with no success in between it *steps out*: it drops its shards without wri
 While stepped out it takes nothing; it probes the store every tick and rejoins the
 membership at the first answer.
 
+With a home-DC rule (``scheduler shards home``; docs/two-data-centres.md) the plan
+gives each shard to members of its home DC; when that DC has had no member for
+``failover_s`` the plan gives its shards to the other DCs' members (a *take-over*: the
+claim is fenced at SERIAL where it can be, and recorded in ZooKeeper as an outage
+window), and after ``failover_s`` with a member there again they return to it through
+the ordinary planned hand-over.
+
 A lost session (expired while the process was frozen or cut off) ends the member: it
 drops every shard and sets ``ended``; ``scheduler run`` then exits with status 3 so its
 supervisor starts a fresh member. Crash-only recovery keeps one path for "my ownership
@@ -33,11 +40,13 @@ import threading
 import time
 
 from ..domain.assign import live_shards
-from ..domain.plan import next_plan
-from ..errors import OwnershipLost, SchedulerError
+from ..domain.home import home_of
+from ..domain.plan import Plan, next_plan
+from ..errors import OwnershipLost, SchedulerError, StoreUnavailable, WriteTimeout
 from ..fleet.coord import Coordinator
 from ..observe.faults import FaultLog
 from ..poller import Poller, ShardState
+from .homedc import DcClocks, Rule
 
 log = logging.getLogger("scheduler.fleet")
 
@@ -52,8 +61,12 @@ REJOIN_SETTLE_S = 3.0
 class Fleet:
     def __init__(self, poller: Poller, coordinator: Coordinator, *, tick_s: float = 0.5,
                  debounce_s: float = 1.0, live_refresh_s: float = 5.0,
-                 store_release_s: float = 30.0) -> None:
+                 store_release_s: float = 30.0, failover_s: float = 30.0) -> None:
         self.poller = poller
+        self.dc = coordinator.dc
+        self._clocks = DcClocks(failover_s, failover_s)
+        self._plan: Plan | None = None  # the plan our shards come from
+        self._foreign_homes: set[str] = set()  # home DCs of the foreign shards last counted
         self.store_release_s = store_release_s
         self.stepped_out = False
         self._fault = FaultLog(log, "rebalancing", action="rebalance")
@@ -68,9 +81,10 @@ class Fleet:
         self._settle_until = 0.0
         self._stale_since: float | None = None
         self._awaiting_plan = False
-        # (plan version, members, live set generation) of the last fresh plan, and our shards in it
+        # (plan version, members, live set generation, rule) of the last fresh plan, and
+        # our shards in it
         self._live_gen = 0
-        self._fresh: tuple[tuple[int, tuple[str, ...], int] | None, set[int]] = (None, set())
+        self._fresh: tuple[tuple[int, tuple[str, ...], int, Rule | None] | None, set[int]] = (None, set())
         self._stop = threading.Event()
         self.ended = threading.Event()
         self._thread: threading.Thread | None = None
@@ -160,11 +174,59 @@ class Fleet:
             if token is None:
                 continue  # the previous owner is still handing it over
             try:
-                poller.claim(shard, token)
+                self._claim(shard, token)
                 self._moved("acquired", shard)
             except OwnershipLost as exc:
                 coord.release(shard)
                 log.warning("could not claim shard %d: %s", shard, exc, extra={"action": "claim_refused"})
+        self._count_foreign()
+
+    def _claim(self, shard: int, token: int) -> None:
+        """Claim ``shard``. Under a home-DC rule the claim may cross DCs (a take-over,
+        or a fail-back after one): fenced at SERIAL, among every DC's copies; when that
+        cannot be had (the other DC's copies are gone with it) at the store's own level,
+        the ZooKeeper lock then being the fence (docs/two-data-centres.md). A take-over
+        is recorded as an outage window; a home claim closes the shard's open records."""
+        weights = self._plan.weights if self._plan is not None else {}
+        if not weights:
+            self.poller.claim(shard, token)
+            return
+        try:
+            drained = self.poller.claim(shard, token, global_fence=True)
+        except (StoreUnavailable, WriteTimeout) as exc:
+            log.warning("claiming shard %d at SERIAL failed (%s): claiming it at the DC's own level",
+                        shard, exc, extra={"action": "claim_local_fence", "shard": shard})
+            drained = self.poller.claim(shard, token)
+        home = home_of(shard, weights)
+        now_ms = self.poller.clock.now_ms()
+        try:
+            if home != self.dc:
+                self.coord.record_outage({"shard": shard, "home_dc": home, "dc": self.dc,
+                                          "member": self.poller.name, "at_ms": now_ms,
+                                          "from_bucket": drained})
+                log.warning("took over shard %d of DC %s from bucket %d", shard, home, drained,
+                            extra={"action": "shard_taken_over", "shard": shard, "home_dc": home})
+            elif self.coord.close_outages(shard, now_ms, drained):
+                log.info("shard %d is back in its home DC %s at bucket %d", shard, home, drained,
+                         extra={"action": "shard_failed_back", "shard": shard})
+        except StoreUnavailable as exc:
+            # The shard is ours and fires; the window's record is what a catch-up needs,
+            # so say loudly that this one is missing.
+            log.error("%s", exc, extra={"action": "outage_record_failed", "shard": shard})
+
+    def _count_foreign(self) -> None:
+        """``scheduler_fleet_foreign_shards``: our shards whose home is another DC."""
+        weights = self._plan.weights if self._plan is not None else {}
+        counts = {dc: 0 for dc in weights if dc != self.dc}
+        for shard in self.poller.shards:
+            home = home_of(shard, weights) if weights else None
+            if home is not None and home != self.dc:
+                counts[home] = counts.get(home, 0) + 1
+        for home in self._foreign_homes - set(counts):  # the rule changed: no stale series
+            counts[home] = 0
+        self._foreign_homes = {h for h, n in counts.items() if n}
+        for home, n in counts.items():
+            self.poller.metrics.foreign_shards.labels(dc=self.dc or "", home_dc=home).set(n)
 
     def _mine(self, members: list[str]) -> set[int] | None:
         """Our shards in the published plan for ``members``, after publishing a new
@@ -172,18 +234,26 @@ class Fleet:
         members is published."""
         coord, live = self.coord, self._live_shards()
         current, version = coord.read_plan()
-        key = (version, tuple(members), self._live_gen)
+        rule = self._rule(members, current)
+        key = (version, tuple(members), self._live_gen, rule)
         if key == self._fresh[0]:
             return self._fresh[1]  # nothing changed: skip the O(S) comparisons
         now = time.monotonic()
-        fresh = current is not None and current.members == tuple(members) and set(current.owners) == live
+        fresh = (current is not None and current.members == tuple(members) and current.covers() == live
+                 and _follows(current, rule))
         if fresh and current is not None:
             self._stale_since = None
+            self._plan = current
             self._fresh = (key, current.shards_of(self.poller.name))
             return self._fresh[1]
         if self._stale_since is None:
             self._stale_since = now
-        new = next_plan(current, members, live, self.poller.name, now - (self._stale_since or now))
+        if rule is None:
+            new = next_plan(current, members, live, self.poller.name, now - (self._stale_since or now))
+        else:
+            new = next_plan(current, members, live, self.poller.name, now - (self._stale_since or now),
+                            dcs=dict(zip(sorted(members), rule.dcs, strict=False)),
+                            weights=dict(rule.weights), away=rule.away)
         if new is not None and coord.publish_plan(new, version):
             moved = sum(1 for s, m in new.owners.items() if current is None or current.owners.get(s) != m)
             log.info("published the shard assignment: %d members, %d shards, %d moved",
@@ -192,7 +262,18 @@ class Fleet:
             current, self._stale_since = new, None
         if current is None or current.members != tuple(members):
             return None
+        self._plan = current
         return current.shards_of(self.poller.name)
+
+    def _rule(self, members: list[str], current: Plan | None) -> Rule | None:
+        """The home-DC rule as this member sees it now (None: no rule set)."""
+        weights = self.coord.read_home()
+        if not weights:
+            return None
+        dcs = self.coord.member_dcs()
+        if sorted(dcs) != sorted(members):  # changed since: the next tick sees it settled
+            dcs = {m: dcs.get(m) for m in members}
+        return self._clocks.rule(weights, dcs, current.away if current is not None else ())
 
     def _store_gate(self) -> bool:
         """Step out of the fleet while the store stays unreachable, back in when it
@@ -234,3 +315,11 @@ class Fleet:
         self.moves += 1
         self.poller.metrics.rebalances.inc()
         log.info("%s shard %d", what, shard, extra={"action": f"shard_{what}", "shard": shard})
+
+
+def _follows(plan: Plan, rule: Rule | None) -> bool:
+    """True when ``plan`` was made under ``rule`` (both None: no rule)."""
+    if rule is None:
+        return not plan.weights
+    return (tuple(sorted(plan.weights.items())) == rule.weights and plan.dcs == rule.dcs
+            and plan.away == rule.away)

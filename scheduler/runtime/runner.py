@@ -47,7 +47,8 @@ def run_poller(app: App | Handler, *, settings: Settings | None = None,
                config: PollerConfig | None = None, name: str | None = None,
                metrics_address: str | None = None,
                session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S,
-               store_failure_release_s: float = 30.0,
+               store_failure_release_s: float = 30.0, dc_failover_s: float = 30.0,
+               dc: str | None = None,
                stop: threading.Event | None = None, install_signals: bool = True,
                announce: Callable[[str], None] | None = None) -> int:
     """Run one poller until SIGTERM/SIGINT or ``stop`` is set; returns the exit code
@@ -56,7 +57,10 @@ def run_poller(app: App | Handler, *, settings: Settings | None = None,
     ``app``: a ``scheduler.App`` or one handler function for every kind. ``store``: a
     store or its URL (default: the settings'). ``shards``: own exactly these, with no
     coordination; otherwise join the fleet of ``coordinator`` (default: the settings').
-    ``metrics_address``: HOST:PORT or ``off`` (default: the settings'). Signal handlers
+    ``metrics_address``: HOST:PORT or ``off`` (default: the settings'). ``dc``: the DC
+    the member advertises to the fleet (default: the store's, else the settings').
+    ``dc_failover_s``: how long a home DC may have no member before the others take its
+    shards (and have one again before they give them back). Signal handlers
     are installed only from the main thread. ``announce`` receives the start-up lines
     (default: the log).
     """
@@ -64,6 +68,8 @@ def run_poller(app: App | Handler, *, settings: Settings | None = None,
     say = announce or log.info
     if store_failure_release_s < 0:
         raise InvalidInput("store_failure_release_s must be >= 0 (0: never release)")
+    if not dc_failover_s >= 0:  # nan too
+        raise InvalidInput("dc_failover_s must be >= 0")
     the_app = app if isinstance(app, App) else App.for_function(app)
     the_app.is_async()  # a mixed app is refused before anything starts
     stop = stop or threading.Event()
@@ -75,7 +81,8 @@ def run_poller(app: App | Handler, *, settings: Settings | None = None,
         # start-up step that fails (the coordinator unreachable, the metrics port taken,
         # no schema) leaves nothing open, and neither does an exception while it runs.
         poller, fleet = _start(the_app, settings, store, shards, coordinator, config, name,
-                               metrics_address, session_timeout_s, store_failure_release_s,
+                               metrics_address, session_timeout_s,
+                               (store_failure_release_s, dc_failover_s, dc),
                                stop, install_signals, say, opened)
         while not stop.wait(0.5):
             if poller.failed.is_set() or (fleet is not None and fleet.ended.is_set()):
@@ -92,8 +99,9 @@ def run_poller(app: App | Handler, *, settings: Settings | None = None,
 
 def _start(app: App, settings: Settings, store: Store | str | None, shards: Iterable[int] | None,
            coordinator: Coordinator | str | None, config: PollerConfig | None, name: str | None,
-           metrics_address: str | None, session_timeout_s: float, store_failure_release_s: float,
-           stop: threading.Event, install_signals: bool, say: Callable[[str], None],
+           metrics_address: str | None, session_timeout_s: float,
+           fleet_opts: tuple[float, float, str | None], stop: threading.Event, install_signals: bool,
+           say: Callable[[str], None],
            opened: contextlib.ExitStack) -> tuple[Poller, Fleet | None]:
     """``run_poller``'s start-up: each thing it opens or starts has its close pushed on
     ``opened`` as soon as it exists (a poller's or fleet's stop before the start, which
@@ -109,6 +117,9 @@ def _start(app: App, settings: Settings, store: Store | str | None, shards: Iter
     else:
         st = open_store(settings.require_store(store), security=cassandra_security(), dc=settings.dc)
         opened.callback(st.close)
+    store_failure_release_s, dc_failover_s, dc = fleet_opts
+    # The DC the store was opened for (a Cassandra store's resolved --dc / local_dc).
+    member_dc = dc or getattr(getattr(st, "cfg", None), "dc", None) or settings.dc
     fixed = None if shards is None else sorted(set(shards))
     if fixed is not None:
         check_fixed_shards(fixed, st.layouts().all_shards())
@@ -116,7 +127,8 @@ def _start(app: App, settings: Settings, store: Store | str | None, shards: Iter
     fleet: Fleet | None = None
     if fixed is None:
         if coordinator is None or isinstance(coordinator, str):
-            coord = open_coordinator(coordinator or settings.coordinator, session_timeout_s=session_timeout_s)
+            coord = open_coordinator(coordinator or settings.coordinator, session_timeout_s=session_timeout_s,
+                                     dc=member_dc)
             opened.callback(_stop_unless_fleet, coord, lambda: fleet)
         else:
             coord = coordinator
@@ -136,7 +148,7 @@ def _start(app: App, settings: Settings, store: Store | str | None, shards: Iter
         poller.start(fixed or ())
         say(f"{poller.name}: polling shards {_spans(fixed or [])} of {st.url}")
     else:
-        fleet = Fleet(poller, coord, store_release_s=store_failure_release_s)
+        fleet = Fleet(poller, coord, store_release_s=store_failure_release_s, failover_s=dc_failover_s)
         opened.callback(fleet.stop)
         fleet.start()
         where = coordinator if isinstance(coordinator, str) else settings.coordinator

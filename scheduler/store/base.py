@@ -297,10 +297,12 @@ class Store(ScheduleRows, FlowTables, ABC):
 
     @abstractmethod
     def claim_shard(self, shard: int, owner: str, epoch: int, initial_drained: int,
-                    now_ms: int) -> Checkpoint:
+                    now_ms: int, *, global_fence: bool = False) -> Checkpoint:
         """Take ownership of ``shard`` with fencing token ``epoch`` and return its checkpoint
         (creating it at ``initial_drained`` when absent). Raises ``OwnershipLost`` when a
-        holder with a larger epoch exists. Re-claiming with the same epoch is a no-op."""
+        holder with a larger epoch exists. Re-claiming with the same epoch is a no-op.
+        ``global_fence``: fence against owners in every DC, not only the store's own
+        (Cassandra: SERIAL instead of LOCAL_SERIAL; a store with one copy ignores it)."""
 
     @abstractmethod
     def save_checkpoint(self, shard: int, epoch: int, checkpoint: Checkpoint, now_ms: int) -> None:

@@ -20,25 +20,29 @@ class CassandraOwnership:
     session: Any
     _lwt: Any
 
-    def _serial_checkpoint(self, shard: int) -> tuple[Any, ...] | None:
+    def _serial_checkpoint(self, shard: int, serial: str | None = None) -> tuple[Any, ...] | None:
         from cassandra import ConsistencyLevel
 
         bound = self.prepared("select_checkpoint").bind((shard,))
         # The fencing level (LOCAL_SERIAL with a DC, else SERIAL): sees every transaction
         # of the pollers it fences against.
-        bound.consistency_level = ConsistencyLevel.name_to_value[self.cfg.serial_cl]
+        bound.consistency_level = ConsistencyLevel.name_to_value[serial or self.cfg.serial_cl]
         try:
             return self.session.execute(bound).one()  # type: ignore[no-any-return]
         except Exception as exc:
             raise translate(exc, f"reading checkpoint of shard {shard}") from exc
 
     def claim_shard(self, shard: int, owner: str, epoch: int, initial_drained: int,
-                    now_ms: int) -> Checkpoint:
+                    now_ms: int, *, global_fence: bool = False) -> Checkpoint:
         what = f"claiming shard {shard}"
-        created, _ = self._lwt("create_checkpoint", (shard, initial_drained, owner, epoch, now_ms), what)
+        # A claim across DCs (docs/two-data-centres.md, "Fencing a take-over"): Paxos
+        # among the copies of every DC, not only ours.
+        serial = "SERIAL" if global_fence else None
+        created, _ = self._lwt("create_checkpoint", (shard, initial_drained, owner, epoch, now_ms), what,
+                               serial)
         if not created:
-            self._lwt("claim_checkpoint", (owner, epoch, now_ms, shard, epoch), what)
-        row = self._serial_checkpoint(shard)
+            self._lwt("claim_checkpoint", (owner, epoch, now_ms, shard, epoch), what, serial)
+        row = self._serial_checkpoint(shard, serial)
         if row is None:
             raise OwnershipLost(f"shard {shard}: checkpoint row vanished while claiming")
         bucket, fire, job_id, holder, held_epoch = row

@@ -285,13 +285,22 @@ class CassandraStore(CassandraAsync, CassandraSchema, CassandraFiring, Cassandra
 
     # --- pollers -----------------------------------------------------------------------
 
-    def _lwt(self, name: str, params: Sequence[Any], what: str) -> tuple[bool, dict[str, Any]]:
+    def _lwt(self, name: str, params: Sequence[Any], what: str,
+             serial: str | None = None) -> tuple[bool, dict[str, Any]]:
         """Run a lightweight transaction; ``(applied, current values when not applied)``.
+        ``serial``: a serial consistency other than the session's (``SERIAL``).
 
         A timeout leaves the outcome unknown; callers re-read at SERIAL to learn it.
         """
+        from cassandra import ConsistencyLevel
+
+        stmt = self.prepared(name)
+        args: Sequence[Any] | None = params
+        if serial is not None:
+            stmt, args = stmt.bind(params), None
+            stmt.serial_consistency_level = ConsistencyLevel.name_to_value[serial]
         try:
-            rs = self.session.execute(self.prepared(name), params)
+            rs = self.session.execute(stmt, args)
         except Exception as exc:
             raise translate(exc, what) from exc
         row = rs.one()

@@ -309,7 +309,7 @@ class SqliteStore(SqliteReplays, SqliteSchedules, SqliteFlow, Store):
     # --- pollers -----------------------------------------------------------------------
 
     def claim_shard(self, shard: int, owner: str, epoch: int, initial_drained: int,
-                    now_ms: int) -> Checkpoint:
+                    now_ms: int, *, global_fence: bool = False) -> Checkpoint:
         with self._tx() as db:
             db.execute(_q("create_checkpoint"), (shard, initial_drained, owner, epoch, now_ms))
             db.execute(_q("claim_checkpoint"), (owner, epoch, now_ms, shard, epoch))

@@ -1,0 +1,132 @@
+"""The fleet's data-centre records in ZooKeeper, beside the plan:
+
+- a member node's data: ``{"dc": "dc1"}`` (empty for a member without a DC, as before);
+- ``/root/home``: the home-DC rule, ``{"v": 1, "weights": {"dc1": 1, "dc2": 1}}``
+  (absent: no rule, every member may own every shard);
+- ``/root/outages/s<shard>-<seq>``: one node per take-over of a shard by a DC other
+  than its home, ``{"shard", "home_dc", "dc", "member", "at_ms", "from_bucket"}``, with
+  ``"ended_ms"`` and ``"to_bucket"`` added when a member of the home DC claims it back.
+  They outlive both and are removed only by an operator (or a later catch-up), so the
+  buckets drained during the window can be read again.
+
+Everything read here came from outside the process: a node that does not parse is
+reported as such (``None`` or skipped), never raised as a crash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any
+
+from ..domain.home import format_weights, parse_weights
+from ..errors import InvalidInput
+
+
+def encode_member(dc: str | None) -> bytes:
+    return b"" if dc is None else json.dumps({"dc": dc}, separators=(",", ":")).encode()
+
+
+def decode_member(data: bytes) -> str | None:
+    """The DC a member advertises; None for none, or for data this version cannot read."""
+    try:
+        doc = json.loads(data) if data else {}
+        dc = doc.get("dc") if isinstance(doc, dict) else None
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return dc if isinstance(dc, str) and dc else None
+
+
+def encode_home(weights: dict[str, int]) -> bytes:
+    return json.dumps({"v": 1, "weights": dict(sorted(weights.items()))}, separators=(",", ":")).encode()
+
+
+def decode_home(data: bytes) -> dict[str, int]:
+    """The rule in ``data`` ({} for an empty node). Raises ``InvalidInput`` (one line)
+    for a node that does not hold a valid rule."""
+    if not data:
+        return {}
+    try:
+        doc = json.loads(data)
+        weights = doc["weights"] if isinstance(doc, dict) and doc.get("v") == 1 else None
+        if not isinstance(weights, dict) or not all(isinstance(w, int) for w in weights.values()):
+            raise InvalidInput("the home-DC rule in ZooKeeper is not one this version reads")
+        return parse_weights(format_weights({str(k): int(v) for k, v in weights.items()}))
+    except (ValueError, UnicodeDecodeError, KeyError, TypeError) as exc:
+        if isinstance(exc, InvalidInput):
+            raise
+        raise InvalidInput("the home-DC rule in ZooKeeper is not JSON this version reads; "
+                           "set it again with `scheduler shards home --dc ...`") from None
+
+
+def write_home(zk: Any, root: str, weights: dict[str, int] | None, acl: list[Any] | None) -> None:
+    """Set the rule (None: remove it). kazoo errors propagate to the caller."""
+    from kazoo.exceptions import NoNodeError
+
+    path = f"{root}/home"
+    if weights is None:
+        with contextlib.suppress(NoNodeError):
+            zk.delete(path)
+        return
+    if zk.exists(path):
+        zk.set(path, encode_home(weights))
+    else:
+        zk.create(path, encode_home(weights), acl=acl, makepath=True)
+
+
+def read_home(zk: Any, root: str, watch: Any = None) -> dict[str, int]:
+    """The rule ({} when none); ``InvalidInput`` for a node that does not parse."""
+    stat = zk.exists(f"{root}/home", watch=watch)
+    if stat is None:
+        return {}
+    data, _ = zk.get(f"{root}/home")
+    return decode_home(data)
+
+
+def record_outage(zk: Any, root: str, record: dict[str, Any], acl: list[Any] | None) -> str:
+    """Create the record of a take-over; the path created. kazoo errors propagate."""
+    path: str = zk.create(f"{root}/outages/s{int(record['shard'])}-",
+                          json.dumps(record, separators=(",", ":")).encode(),
+                          acl=acl, sequence=True, makepath=True)
+    return path
+
+
+def read_outages(zk: Any, root: str) -> list[dict[str, Any]]:
+    """Every take-over record, oldest first by creation; unreadable ones skipped."""
+    from kazoo.exceptions import NoNodeError
+
+    if not zk.exists(f"{root}/outages"):
+        return []
+    out: list[dict[str, Any]] = []
+    for name in sorted(zk.get_children(f"{root}/outages"), key=lambda n: n.rpartition("-")[2]):
+        try:
+            data, _ = zk.get(f"{root}/outages/{name}")
+            doc = json.loads(data)
+        except (NoNodeError, ValueError, UnicodeDecodeError):
+            continue
+        if isinstance(doc, dict):
+            out.append({**doc, "node": name})
+    return out
+
+
+def close_outages(zk: Any, root: str, shard: int, ended_ms: int, to_bucket: int) -> int:
+    """Mark the open records of ``shard`` ended (the home DC claimed it back); how many."""
+    from kazoo.exceptions import NoNodeError
+
+    if not zk.exists(f"{root}/outages"):
+        return 0
+    n = 0
+    for name in zk.get_children(f"{root}/outages"):
+        if not name.startswith(f"s{shard}-"):
+            continue
+        path = f"{root}/outages/{name}"
+        try:
+            data, stat = zk.get(path)
+            doc = json.loads(data)
+        except (NoNodeError, ValueError, UnicodeDecodeError):
+            continue
+        if isinstance(doc, dict) and "ended_ms" not in doc:
+            doc.update(ended_ms=ended_ms, to_bucket=to_bucket)
+            zk.set(path, json.dumps(doc, separators=(",", ":")).encode(), version=stat.version)
+            n += 1
+    return n
