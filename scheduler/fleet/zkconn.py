@@ -31,20 +31,55 @@ def kazoo_client(hosts: str, timeout_s: float, credentials: str | None, security
     return KazooClient(hosts=hosts, timeout=timeout_s, auth_data=auth, **security.kazoo_args(), **kwargs)
 
 
+# Every znode of a fleet lives in one of these, under its root, at most this many levels
+# down (and a reader's view reads every one: status, the exporter, `shards home`). A node
+# the fleet adds goes here, or a reader added later is refused it (``heal_acls``):
+#   members/<member>           ephemeral; data: the member's DC (dcs.py), read by views
+#   locks/<shard>/<contender>  kazoo Locks; data: the holder's member id
+#   assignment                 the published plan (plan.py)
+#   home                       the home-DC rule (dcs.py)
+#   outages/<record>           take-over records (dcs.py)
+FLEET_ZNODES: dict[str, int] = {"members": 1, "locks": 2, "assignment": 0, "home": 0, "outages": 1}
+
+
+def fleet_znodes(zk: Any, root: str) -> list[str]:
+    """Every znode of the fleet at ``root`` (``FLEET_ZNODES``), the root first and parents
+    before their children. Absent ones are left out; one removed while listed, or whose
+    children we may not list, may be in it. Other kazoo errors propagate."""
+    from kazoo.exceptions import NoAuthError, NoNodeError
+
+    def below(path: str, depth: int) -> list[str]:
+        if not depth:
+            return [path]
+        try:
+            children = zk.get_children(path)
+        except (NoNodeError, NoAuthError):
+            return [path]
+        return [path, *(p for child in children for p in below(f"{path}/{child}", depth - 1))]
+
+    return [root, *(p for name, depth in FLEET_ZNODES.items() if zk.exists(f"{root}/{name}")
+                    for p in below(f"{root}/{name}", depth))]
+
+
 def heal_acls(zk: Any, root: str, acl: list[Any] | None) -> None:
-    """Give the fleet's long-lived znodes ``acl`` where they lack it (a reader id added to
-    SCHEDULER_ZK_READERS after they were created). Four or five reads when nothing changed."""
+    """Give every znode of the fleet (``fleet_znodes``) ``acl`` when the root or one of its
+    top-level nodes lacks it (a reader id added to SCHEDULER_ZK_READERS after they were
+    created). Six reads when nothing changed. A node gone meanwhile, or not ours to
+    change, is skipped; other kazoo errors propagate."""
+    from kazoo.exceptions import NoNodeError
+
     if not acl:
         return
-    paths = [root, f"{root}/members", f"{root}/locks"]
-    for extra in ("assignment", "home", "outages"):  # the plan (plan.py) and dcs.py's nodes
-        if zk.exists(f"{root}/{extra}"):
-            paths.append(f"{root}/{extra}")
-    if all(set(zk.get_acls(p)[0]) == set(acl) for p in paths):
+
+    def differs(path: str) -> bool:
+        try:
+            return set(zk.get_acls(path)[0]) != set(acl)
+        except NoNodeError:  # not made yet: it will be made with our ACL
+            return False
+
+    if not any(differs(p) for p in [root, *(f"{root}/{name}" for name in FLEET_ZNODES)]):
         return
-    for lock in [f"{root}/locks/{name}" for name in zk.get_children(f"{root}/locks")]:
-        with contextlib.suppress(Exception):  # released meanwhile
-            paths += [lock, *(f"{lock}/{node}" for node in zk.get_children(lock))]
+    paths = fleet_znodes(zk, root)
     for path in paths:
         with contextlib.suppress(Exception):  # gone meanwhile, or not ours to change
             zk.set_acls(path, acl)

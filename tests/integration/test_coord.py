@@ -177,3 +177,77 @@ def test_at_rest_a_member_reads_only_its_lease_and_watches_say_what_changed(zk_r
         a.stop()
         if b is not None:
             b.stop()
+
+
+def every_znode(zk: KazooClient, path: str) -> list[str]:
+    """``path`` and every znode below it, whatever the fleet's code says there is."""
+    return [path, *(p for child in zk.get_children(path) for p in every_znode(zk, f"{path}/{child}"))]
+
+
+def test_every_fleet_znode_is_given_to_a_reader_added_later(zk_root):
+    """A member started before SCHEDULER_ZK_READERS named the reader makes every kind of
+    fleet znode (a member node with its DC, a lock, the plan, the home-DC rule, an outage
+    record) without the reader; the next member to start gives the reader read on each,
+    and the reader's views then read them all. Every znode under the root is one
+    ``FLEET_ZNODES`` lists: a kind added without it fails here."""
+    from kazoo.security import Permissions, make_digest_acl_credential
+
+    from scheduler.domain.plan import Plan
+    from scheduler.errors import PermissionDenied
+    from scheduler.fleet import dcs as dcrec
+    from scheduler.fleet.view import read_fleet, read_home_rule, write_home_rule
+    from scheduler.fleet.zkconn import fleet_znodes
+    from scheduler.security import ZkSecurity
+
+    app, reader = "app:app-password", "reader:reader-password"
+    reader_id = make_digest_acl_credential("reader", "reader-password")
+    url = f"zookeeper://{ZOOKEEPER_HOSTS}{zk_root}"
+
+    def as_reader() -> str:
+        return reader
+
+    old = coord(zk_root, "old", credentials=app, dc="dc1")
+    new = None
+    try:
+        assert old.try_acquire(2) is not None
+        assert old.publish_plan(Plan(("old",), {2: "old"}), -1)
+        write_home_rule(url, {"dc1": 1}, credentials=lambda: app, security=ZkSecurity)
+        old.record_outage({"shard": 2, "home_dc": "dc2", "dc": "dc1", "member": "old", "at_ms": 1,
+                           "from_bucket": 0})
+        with pytest.raises(PermissionDenied, match="SCHEDULER_ZK_READERS"):
+            read_fleet(url, credentials=as_reader, security=ZkSecurity)
+
+        new = coord(zk_root, "new", credentials=app, security=ZkSecurity(readers=(reader_id,)))
+        nodes = every_znode(new.zk, zk_root)
+        made = {"members/old", "members/new", "assignment", "home", "locks/2"}
+        assert {f"{zk_root}/{n}" for n in made} <= set(nodes), nodes
+        assert any(n.startswith(f"{zk_root}/outages/s2-") for n in nodes), nodes
+        assert any(n.startswith(f"{zk_root}/locks/2/") for n in nodes), nodes
+        assert sorted(fleet_znodes(new.zk, zk_root)) == sorted(nodes), "a znode FLEET_ZNODES does not list"
+        for path in nodes:
+            assert any(a.id.scheme == "digest" and a.id.id == reader_id and a.perms == Permissions.READ
+                       for a in new.zk.get_acls(path)[0]), f"{path} not readable by the reader"
+
+        fleet = read_fleet(url, credentials=as_reader, security=ZkSecurity)
+        assert fleet is not None and fleet.members == ["new", "old"]
+        assert fleet.dcs == {"new": None, "old": "dc1"} and fleet.owners == {2: "old"}
+        assert fleet.weights == {"dc1": 1}
+        assert read_home_rule(url, credentials=as_reader, security=ZkSecurity) == {"dc1": 1}
+        view = KazooClient(hosts=ZOOKEEPER_HOSTS, auth_data=[("digest", reader)])
+        view.start(timeout=10)
+        try:
+            assert [r["member"] for r in dcrec.read_outages(view, zk_root)] == ["old"]
+        finally:
+            view.stop()
+            view.close()
+    finally:
+        for c in (new, old):
+            if c is not None:
+                c.stop()
+        owner = KazooClient(hosts=ZOOKEEPER_HOSTS, auth_data=[("digest", app)])
+        owner.start(timeout=10)
+        try:
+            owner.delete(zk_root, recursive=True)  # the fixture's client may not
+        finally:
+            owner.stop()
+            owner.close()
