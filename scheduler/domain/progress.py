@@ -120,6 +120,11 @@ class ShardProgress:
         self._early[key] = [bucket, key, False]
         return True
 
+    def holds(self, key: Key) -> bool:
+        """Whether ``key`` is a position this progress has handed out (read, or taken
+        early) and not yet passed: a row written there now would be counted as that one."""
+        return key in self._index or key in self._early
+
     def early_keys(self, keys: list[Key]) -> set[Key]:
         """Which of ``keys`` (a read's) were handed out early."""
         early = self._early

@@ -282,7 +282,8 @@ class FlowQueue:
             start = 1000 * keep / rate
             latest = DEFER_MAX_S * 1000
             why = DEFERRED
-            # Never earlier than its row (a recalled row sits ahead of its due time).
+            # After its row, never at or before it: a recalled row sits ahead of its due
+            # time, and a steady backlog at a steady rate would place it where it is.
             out += [(job, max(job.fire_ms + 1, now_ms + int(min(latest, start + 1000 * i / rate))), why)
                     for i, job in enumerate(jobs)]
         self.due.give_back([job for job, _at, _why in out])

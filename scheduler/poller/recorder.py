@@ -222,22 +222,34 @@ class Recorder:
                                                 "held": s.held, "by_type": s.by_category})
 
     def retry_job(self, job: Job, retry_at_ms: int, attempt: bool = True) -> Job:
-        """The retry's placement: the late-write rule and its bucket's layout apply.
+        """The retry's placement: the late-write rule and its bucket's layout apply, and
+        it is never at a position the shard's progress still holds (moved a millisecond
+        on until it is not).
         ``attempt``: count a failed attempt (not for an occurrence that waits). The retry
         keeps the job's priority and key, so a keyed job stays in its key's shard."""
         core = self.core
+        width = core.meta.bucket_width_s
         fire = max(retry_at_ms, core.clock.now_ms() + core.meta.late_margin_ms)
-        if fire == job.fire_ms:
-            # Never at the row's own position: the write would leave one pending row
-            # there while the shard's progress marks that position complete (the job
-            # then waits forever). A row ahead of its time runs only when taken early
-            # (recalled), and flow control, placing a steady backlog at a steady rate,
-            # computes the same millisecond again and again.
-            fire += 1
-        bucket = bucket_of_ms(fire, core.meta.bucket_width_s)
-        count = core.layouts().write_layout(bucket).shard_count
-        return job.evolve(fire_ms=fire, bucket=bucket, shard=shard_key(job.job_id, job.key, count),
-                          attempts=job.attempts + (1 if attempt else 0))
+        while True:
+            bucket = bucket_of_ms(fire, width)
+            shard = shard_key(job.job_id, job.key, core.layouts().write_layout(bucket).shard_count)
+            # Never at a position of this job the shard's progress still holds (its own
+            # row, or one taken early before): the write would leave a pending row where
+            # the progress counts that position complete, and the job would never fire.
+            # A row ahead of its time runs only when taken early (recalled), and flow
+            # control, placing a steady backlog at a steady rate, computes the same
+            # millisecond again and again.
+            if (fire, job.job_id) == (job.fire_ms, job.job_id) or self._held(shard, (fire, job.job_id)):
+                fire += 1
+                continue
+            return job.evolve(fire_ms=fire, bucket=bucket, shard=shard,
+                              attempts=job.attempts + (1 if attempt else 0))
+
+    def _held(self, shard: int, key: Key) -> bool:
+        core = self.core
+        with core.cond:
+            st = core.shards.get(shard)
+            return st is not None and st.progress.holds(key)
 
     def run(self) -> None:
         """The recorder thread's body, until the poller has stopped."""

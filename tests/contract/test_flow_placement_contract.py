@@ -98,6 +98,21 @@ def test_a_row_placed_again_at_its_own_time_moves_past_it(pstore: Store):
         assert old.fired_ms is not None, "the old position is retired"
 
 
+def test_a_row_placed_back_where_it_was_before_is_pending_there(pstore: Store):
+    """Placed later, then placed again at the position it left (a steady rate computes
+    the same time; a retry's backoff can too): the row written there is pending, not the
+    retired row's "fired" read back."""
+    with Client(pstore) as client:
+        job = client.schedule("back", from_ms(SystemClock().now_ms() + 20_000), "k", {"n": 1})
+        _place(pstore, _row_as_read(pstore, job), DEFERRED)
+        [placed] = _pending_rows(pstore, "back", job)
+        _place(pstore, _row_as_read(pstore, placed), DEFERRED, at_ms=job.fire_ms)
+        [pending] = _pending_rows(pstore, "back", job)
+        assert pending.fire_ms == job.fire_ms
+        got = client.get("back")
+        assert got is not None and got.status == Status.PENDING and got.fire_ms == job.fire_ms
+
+
 @pytest.mark.parametrize("why", [HELD, DEFERRED])
 def test_a_cancel_after_the_read_is_not_undone_by_the_placement(pstore: Store, why: str):
     with Client(pstore) as client:

@@ -15,6 +15,7 @@ import pytest
 from scheduler.domain.clock import SystemClock
 from scheduler.domain.dispatch import App, Outcome
 from scheduler.domain.flow import Limits
+from scheduler.domain.keys import bucket_of_ms
 from scheduler.domain.layout import Layout, Layouts
 from scheduler.domain.model import Job
 from scheduler.domain.progress import Checkpoint, ShardProgress
@@ -554,3 +555,21 @@ def test_a_recalled_row_handed_back_leaves_at_its_due_time_not_its_placed_time()
     c.flight.dispatched += 1
     c.requeue([recalled], c.flight.new_slot())
     assert [j.job_id for j in c.due.pop_ready(now, 10)] == ["j0000"]
+
+
+def test_a_placement_never_lands_on_a_position_the_shards_progress_still_holds():
+    """A row recalled twice left two positions taken early (complete, not yet passed by
+    the cursor); placed again at the first, the job's new row would be counted as that
+    one and never fire. It moves on to the first position the progress does not hold."""
+    c = core()
+    progress = ShardProgress(0, 60, Checkpoint(0))
+    c.shards[0] = OwnedShard(progress, 1, Checkpoint(0))
+    at = SystemClock().now_ms() + 50_000
+    bucket = at // 1000 // 60 * 60
+    now_at = job(0).evolve(fire_ms=at + 1, bucket=bucket)
+    for fire in (at, at + 1):
+        assert progress.take_early(bucket, (fire, now_at.job_id))
+        progress.complete(bucket, (fire, now_at.job_id))
+    later = Recorder(c).retry_job(now_at, at, attempt=False)
+    assert (later.fire_ms, later.bucket, later.shard) == (at + 2, bucket_of_ms(at + 2, 60), 0)
+    assert later.attempts == now_at.attempts

@@ -15,7 +15,7 @@ from ...domain.model import Job, Status
 from ...domain.retention import ttl_s
 from ..base import DEAD_LETTER_PARTS, DeadLetter
 from ..rows import bucket_key
-from .bind import bucket_params, job_params
+from .bind import done_bucket_params, job_params
 from .conf import dt_ms, translate
 from .run import CqlSteps, Many, Run, dual
 
@@ -61,7 +61,10 @@ class CassandraFiring:
         ttl = self.job_ttl(new)
         self._batch(f"scheduling a retry of {new.job_id!r}", [
             ("mark_fired", (self.job_ttl(old), now_ms, *bucket_key(old))),
-            ("insert_bucket_row", (*bucket_params(new), ttl)),
+            # fired_at written null (one cell tombstone a retry): the job may have sat at
+            # this position before (moved away, or placed later and back), and a retired
+            # row's fired_at left there would make the retry read as fired.
+            ("insert_bucket_row_full", (*done_bucket_params(new, None), ttl)),
             ("insert_job", (*job_params(new.evolve(status=Status.PENDING, last_error=error,
                                                    fired_ms=now_ms)), ttl)),
         ])
