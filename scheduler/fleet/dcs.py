@@ -70,8 +70,13 @@ def write_home(zk: Any, root: str, weights: dict[str, int] | None, acl: list[Any
         return
     if zk.exists(path):
         zk.set(path, encode_home(weights))
-    else:
-        zk.create(path, encode_home(weights), acl=acl, makepath=True)
+        return
+    if zk.exists(root):
+        # The fleet's own ACL, as its pollers set it (with the readers they name), not
+        # the one this command's environment would make: run without the readers, it
+        # would leave the rule closed to them until a poller starts.
+        acl = list(zk.get_acls(root)[0]) or acl
+    zk.create(path, encode_home(weights), acl=acl, makepath=True)
 
 
 def read_home(zk: Any, root: str, watch: Any = None) -> dict[str, int]:

@@ -251,3 +251,29 @@ def test_every_fleet_znode_is_given_to_a_reader_added_later(zk_root):
         finally:
             owner.stop()
             owner.close()
+
+
+def test_the_home_rule_set_without_the_readers_setting_is_readable_by_the_fleets_reader(zk_root):
+    """``shards home --dc`` run where SCHEDULER_ZK_READERS is not set creates the rule
+    with the fleet's ACL (its root's), so the reader its pollers name can read it."""
+    from kazoo.security import make_digest_acl_credential
+
+    from scheduler.fleet.view import read_home_rule, write_home_rule
+    from scheduler.security import ZkSecurity
+
+    app, reader = "app:app-password", "reader:reader-password"
+    reader_id = make_digest_acl_credential("reader", "reader-password")
+    url = f"zookeeper://{ZOOKEEPER_HOSTS}{zk_root}"
+    member = coord(zk_root, "m", credentials=app, security=ZkSecurity(readers=(reader_id,)))
+    try:
+        write_home_rule(url, {"dc1": 2, "dc2": 1}, credentials=lambda: app, security=ZkSecurity)
+        assert read_home_rule(url, credentials=lambda: reader, security=ZkSecurity) == {"dc1": 2, "dc2": 1}
+    finally:
+        member.stop()
+        owner = KazooClient(hosts=ZOOKEEPER_HOSTS, auth_data=[("digest", app)])
+        owner.start(timeout=10)
+        try:
+            owner.delete(zk_root, recursive=True)
+        finally:
+            owner.stop()
+            owner.close()
