@@ -62,6 +62,7 @@ def decode_home(data: bytes) -> dict[str, int]:
 def write_home(zk: Any, root: str, weights: dict[str, int] | None, acl: list[Any] | None) -> None:
     """Set the rule (None: remove it). kazoo errors propagate to the caller."""
     from kazoo.exceptions import NoNodeError
+    from kazoo.security import Permissions
 
     path = f"{root}/home"
     if weights is None:
@@ -71,11 +72,12 @@ def write_home(zk: Any, root: str, weights: dict[str, int] | None, acl: list[Any
     if zk.exists(path):
         zk.set(path, encode_home(weights))
         return
-    if zk.exists(root):
-        # The fleet's own ACL, as its pollers set it (with the readers they name), not
-        # the one this command's environment would make: run without the readers, it
-        # would leave the rule closed to them until a poller starts.
-        acl = list(zk.get_acls(root)[0]) or acl
+    if acl is not None and zk.exists(root):
+        # Plus the read-only entries the pollers put on the root (the readers they name):
+        # run without SCHEDULER_ZK_READERS, this command would leave the rule closed to
+        # them until a poller starts. Only read is copied: nothing else the root grants.
+        readers = [a for a in zk.get_acls(root)[0] if a.perms == Permissions.READ and a not in acl]
+        acl = [*acl, *readers]
     zk.create(path, encode_home(weights), acl=acl, makepath=True)
 
 

@@ -83,18 +83,20 @@ class Recorder:
         store: Firing = core.store
         placed: list[Job] = []  # jobs flow control placed later, at their new rows
         try:
-            # A failed attempt's retry is checked too: written for a job its producer
-            # cancelled or moved while the handler ran, it would bring the job back.
+            # A failed attempt is checked too: its retry, written for a job its producer
+            # cancelled or moved while the handler ran, would bring the job back; its
+            # dead letter would mark a cancelled job dead (and replayable), or a moved
+            # one dead while its new row still fires.
             retired = self._retired([o.job for o in skipped if o.skip == WAIT and o.error in PLACED_BY_FLOW]
-                                    + [o.job for o in failed if not o.dead and o.retry_at_ms is not None])
+                                    + [o.job for o in failed if o.dead or o.retry_at_ms is not None])
             if fired:
                 store.record_fired(fired, now)
             for o in failed:
+                if (o.job.fire_ms, o.job.job_id) in retired:
+                    continue  # cancelled or moved while its handler ran: nothing to write
                 if o.dead:
                     store.record_dead(o.job, o.error or "", now)
                 elif o.retry_at_ms is not None:
-                    if (o.job.fire_ms, o.job.job_id) in retired:
-                        continue  # cancelled or moved while its handler ran: no retry
                     store.record_retry(o.job, self.retry_job(o.job, o.retry_at_ms), o.error or "", now)
             for o in skipped:
                 if o.skip == WAIT and (o.job.fire_ms, o.job.job_id) in retired:
@@ -134,7 +136,7 @@ class Recorder:
 
     def _retired(self, jobs: list[Job]) -> set[Key]:
         """Of the rows about to be placed later (by flow control, or as a failed attempt's
-        retry), those the store shows retired (``fired_at`` set: a producer cancelled or
+        retry) or dead-lettered, those the store shows retired (``fired_at`` set: a producer cancelled or
         moved the job since the row was read). Placing one would write the job back as
         pending: a cancel undone, or a rescheduled job fired at its old time. One ranged
         read per shard and bucket, at the store's consistency, so a cancel acknowledged

@@ -142,6 +142,21 @@ def test_a_failed_attempt_of_a_job_cancelled_while_it_ran_writes_no_retry(pstore
         assert core.stats.retired_dropped == 1
 
 
+def test_a_last_attempt_of_a_job_cancelled_while_it_ran_is_not_dead_lettered(pstore: Store):
+    """Its dead letter would mark the cancelled job dead, and a replay would fire it."""
+    with Client(pstore) as client:
+        job = _job(client, "last")
+        row = _row_as_read(pstore, job)
+        assert client.cancel("last")
+        now = SystemClock().now_ms()
+        core = Core(pstore, SystemClock(), PollerConfig(), "p", PollerMetrics(), pstore.meta())
+        core.outcomes.put([Outcome(row, False, "ValueError: boom", None, True, now)])
+        assert Recorder(core).record_outcomes() == 1
+        got = client.get("last")
+        assert got is not None and got.status == Status.CANCELLED
+        assert [d.job_id for d in client.dead_letters()] == []
+
+
 def test_a_reschedule_after_the_read_keeps_only_the_new_time(pstore: Store):
     with Client(pstore) as client:
         job = _job(client, "moved")
