@@ -125,36 +125,25 @@ def test_a_cancel_after_the_read_is_not_undone_by_the_placement(pstore: Store, w
         assert _pending_rows(pstore, "gone", job) == []
 
 
-def test_a_failed_attempt_of_a_job_cancelled_while_it_ran_writes_no_retry(pstore: Store):
-    """The handler was running when the cancel landed, and failed: its retry would bring
-    the cancelled job back as pending, to fire again. The retry is left out."""
+@pytest.mark.parametrize("dead", [False, True], ids=["retry", "last-attempt"])
+def test_a_failed_attempt_of_a_job_cancelled_while_it_ran_writes_nothing(pstore: Store, dead: bool):
+    """The handler was running when the cancel landed, and failed. A retry would bring
+    the cancelled job back as pending, to fire again; a last attempt's dead letter would
+    mark it dead, and a replay would fire it. Neither is written."""
     with Client(pstore) as client:
         job = _job(client, "ran")
         row = _row_as_read(pstore, job)
         assert client.cancel("ran")
         now = SystemClock().now_ms()
         core = Core(pstore, SystemClock(), PollerConfig(), "p", PollerMetrics(), pstore.meta())
-        core.outcomes.put([Outcome(row, False, "ValueError: boom", now + 5_000, False, now)])
+        retry_at = None if dead else now + 5_000
+        core.outcomes.put([Outcome(row, False, "ValueError: boom", retry_at, dead, now)])
         assert Recorder(core).record_outcomes() == 1
         got = client.get("ran")
         assert got is not None and got.status == Status.CANCELLED
         assert _pending_rows(pstore, "ran", job) == []
-        assert core.stats.retired_dropped == 1
-
-
-def test_a_last_attempt_of_a_job_cancelled_while_it_ran_is_not_dead_lettered(pstore: Store):
-    """Its dead letter would mark the cancelled job dead, and a replay would fire it."""
-    with Client(pstore) as client:
-        job = _job(client, "last")
-        row = _row_as_read(pstore, job)
-        assert client.cancel("last")
-        now = SystemClock().now_ms()
-        core = Core(pstore, SystemClock(), PollerConfig(), "p", PollerMetrics(), pstore.meta())
-        core.outcomes.put([Outcome(row, False, "ValueError: boom", None, True, now)])
-        assert Recorder(core).record_outcomes() == 1
-        got = client.get("last")
-        assert got is not None and got.status == Status.CANCELLED
         assert [d.job_id for d in client.dead_letters()] == []
+        assert core.stats.retired_dropped == 1
 
 
 def test_a_reschedule_after_the_read_keeps_only_the_new_time(pstore: Store):
