@@ -136,12 +136,12 @@ class Recorder:
 
     def _retired(self, jobs: list[Job]) -> set[Key]:
         """Of the rows about to be placed later (by flow control, or as a failed attempt's
-        retry) or dead-lettered, those the store shows retired (``fired_at`` set: a producer cancelled or
-        moved the job since the row was read). Placing one would write the job back as
-        pending: a cancel undone, or a rescheduled job fired at its old time. One ranged
-        read per shard and bucket, at the store's consistency, so a cancel acknowledged
-        before it is seen; only one landing between this read and the placement's write
-        still loses (as a cancel racing a fire).
+        retry) or dead-lettered, those the store shows retired (``fired_at`` set: a
+        producer cancelled or moved the job since the row was read). Placing one would
+        write the job back as pending: a cancel undone, or a rescheduled job fired at its
+        old time. One ranged read per shard and bucket, at the store's consistency, so a
+        cancel acknowledged before it is seen; only one landing between this read and the
+        placement's write still loses (as a cancel racing a fire).
         Raises ``SchedulerError`` when the store fails (the batch is kept and retried)."""
         if not jobs:
             return set()
@@ -247,7 +247,7 @@ class Recorder:
             # A row ahead of its time runs only when taken early (recalled), and flow
             # control, placing a steady backlog at a steady rate, computes the same
             # millisecond again and again.
-            if (fire, job.job_id) == (job.fire_ms, job.job_id) or self._held(shard, (fire, job.job_id)):
+            if fire == job.fire_ms or self._held(shard, (fire, job.job_id)):
                 fire += 1
                 continue
             return job.evolve(fire_ms=fire, bucket=bucket, shard=shard,
