@@ -73,6 +73,14 @@ class FakeStore:
 
     def read_bucket(self, bucket: int, shard: int, after: Any, until_ms: int, limit: int) -> list[Job]:
         self._call("read_bucket")
+        return self._rows(bucket, after, until_ms, limit)
+
+    def read_buckets(self, parts: Any, limit: int) -> list[list[Job]]:
+        # (the recorder's read-back of rows it is about to place or dead-letter; not in
+        # ``calls``, which are the reader's reads and the writes)
+        return [self._rows(b, after, until, limit) for b, _s, after, until in parts]
+
+    def _rows(self, bucket: int, after: Any, until_ms: int, limit: int) -> list[Job]:
         key = after or (0, "")
         return sorted(j for j in self.rows if j.bucket == bucket and (j.fire_ms, j.job_id) > key
                       and j.fire_ms <= until_ms)[:limit]
