@@ -74,8 +74,13 @@ class Coordinator(Protocol):
         """Keep the record of a take-over by a foreign DC (``dcs.py``); ``StoreUnavailable``
         when it cannot be written."""
 
-    def close_outages(self, shard: int, ended_ms: int, to_bucket: int) -> int:
-        """Mark ``shard``'s open take-over records ended; how many."""
+    def close_outages(self, shard: int, ended_ms: int, to_bucket: int) -> list[dict[str, Any]]:
+        """Mark ``shard``'s open take-over records ended; the shard's ended records whose
+        window was not caught up yet (each with ``"node"``, its name). ``StoreUnavailable``
+        when they cannot be read or written."""
+
+    def mark_caught_up(self, record: dict[str, Any], at_ms: int, moved: int) -> None:
+        """Record that ``record``'s window was caught up; ``StoreUnavailable`` on failure."""
 
 
 class LocalCoordinator:
@@ -171,14 +176,21 @@ class LocalCoordinator:
         with self._guard:
             self._reg["outages"].append(dict(record))
 
-    def close_outages(self, shard: int, ended_ms: int, to_bucket: int) -> int:
-        n = 0
+    def close_outages(self, shard: int, ended_ms: int, to_bucket: int) -> list[dict[str, Any]]:
+        out = []
         with self._guard:
-            for rec in self._reg["outages"]:
-                if rec["shard"] == shard and "ended_ms" not in rec:
+            for i, rec in enumerate(self._reg["outages"]):
+                if rec["shard"] != shard or "caught_up_ms" in rec:
+                    continue
+                if "ended_ms" not in rec:
                     rec.update(ended_ms=ended_ms, to_bucket=to_bucket)
-                    n += 1
-        return n
+                out.append({**rec, "node": f"s{shard}-{i}"})
+        return out
+
+    def mark_caught_up(self, record: dict[str, Any], at_ms: int, moved: int) -> None:
+        with self._guard:
+            i = int(str(record["node"]).rpartition("-")[2])
+            self._reg["outages"][i].update(caught_up_ms=at_ms, moved=moved)
 
 
 def open_coordinator(url: str | None, *, session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S,

@@ -5,9 +5,10 @@
   (absent: no rule, every member may own every shard);
 - ``/root/outages/s<shard>-<seq>``: one node per take-over of a shard by a DC other
   than its home, ``{"shard", "home_dc", "dc", "member", "at_ms", "from_bucket"}``, with
-  ``"ended_ms"`` and ``"to_bucket"`` added when a member of the home DC claims it back.
-  They outlive both and are removed only by an operator (or a later catch-up), so the
-  buckets drained during the window can be read again.
+  ``"ended_ms"`` and ``"to_bucket"`` added when a member of the home DC claims it back,
+  and ``"caught_up_ms"`` and ``"moved"`` once that member has read the window's buckets
+  again and moved what was left unfired (the catch-up). They are kept, as the fleet's
+  history of take-overs, until an operator removes them.
 
 Everything read here came from outside the process: a node that does not parse is
 reported as such (``None`` or skipped), never raised as a crash.
@@ -116,14 +117,16 @@ def read_outages(zk: Any, root: str) -> list[dict[str, Any]]:
     return out
 
 
-def close_outages(zk: Any, root: str, shard: int, ended_ms: int, to_bucket: int) -> int:
-    """Mark the open records of ``shard`` ended (the home DC claimed it back); how many."""
+def close_outages(zk: Any, root: str, shard: int, ended_ms: int, to_bucket: int) -> list[dict[str, Any]]:
+    """Mark the open records of ``shard`` ended (the home DC claimed it back); the
+    shard's ended records not caught up yet (these and any left by an earlier claim),
+    each with its ``"node"``."""
     from kazoo.exceptions import NoNodeError
 
     if not zk.exists(f"{root}/outages"):
-        return 0
-    n = 0
-    for name in zk.get_children(f"{root}/outages"):
+        return []
+    out = []
+    for name in sorted(zk.get_children(f"{root}/outages"), key=lambda n: n.rpartition("-")[2]):
         if not name.startswith(f"s{shard}-"):
             continue
         path = f"{root}/outages/{name}"
@@ -132,8 +135,26 @@ def close_outages(zk: Any, root: str, shard: int, ended_ms: int, to_bucket: int)
             doc = json.loads(data)
         except (NoNodeError, ValueError, UnicodeDecodeError):
             continue
-        if isinstance(doc, dict) and "ended_ms" not in doc:
+        if not isinstance(doc, dict) or "caught_up_ms" in doc:
+            continue
+        if "ended_ms" not in doc:
             doc.update(ended_ms=ended_ms, to_bucket=to_bucket)
             zk.set(path, json.dumps(doc, separators=(",", ":")).encode(), version=stat.version)
-            n += 1
-    return n
+        out.append({**doc, "node": name})
+    return out
+
+
+def mark_caught_up(zk: Any, root: str, node: str, at_ms: int, moved: int) -> None:
+    """Record that the window of ``node`` was caught up (``moved`` rows moved ahead);
+    kept, as the fleet's history of take-overs. A record gone meanwhile is ignored."""
+    from kazoo.exceptions import NoNodeError
+
+    path = f"{root}/outages/{node}"
+    try:
+        data, stat = zk.get(path)
+        doc = json.loads(data)
+    except (NoNodeError, ValueError, UnicodeDecodeError):
+        return
+    if isinstance(doc, dict):
+        doc.update(caught_up_ms=at_ms, moved=moved)
+        zk.set(path, json.dumps(doc, separators=(",", ":")).encode(), version=stat.version)

@@ -377,9 +377,16 @@ class ZooKeeperCoordinator:
             raise StoreUnavailable(f"recording the take-over of shard {record.get('shard')} failed: "
                                    f"{exc!r}") from None
 
-    def close_outages(self, shard: int, ended_ms: int, to_bucket: int) -> int:
+    def close_outages(self, shard: int, ended_ms: int, to_bucket: int) -> list[dict[str, Any]]:
         try:
             return dcrec.close_outages(self.zk, self.root, shard, ended_ms, to_bucket)
         except Exception as exc:
             raise StoreUnavailable(f"closing the take-over records of shard {shard} failed: "
                                    f"{exc!r}") from None
+
+    def mark_caught_up(self, record: dict[str, Any], at_ms: int, moved: int) -> None:
+        try:
+            dcrec.mark_caught_up(self.zk, self.root, str(record["node"]), at_ms, moved)
+        except Exception as exc:
+            raise StoreUnavailable(f"marking the take-over record {record.get('node')} caught up "
+                                   f"failed: {exc!r}") from None

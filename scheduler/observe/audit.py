@@ -199,3 +199,25 @@ def _count(bucket: int, shard: int, rows: list[Job], lookups: dict[str, Job], cp
             violations.append(Violation(bucket, shard, row.fire_ms, row.job_id,
                                         "not fired, and its shard's checkpoint has passed it"))
     return count
+
+
+def behind(store: AuditReads, shard: int, first_bucket: int, last_bucket: int) -> list[Job]:
+    """The rows of ``shard`` in the buckets ``first_bucket`` to ``last_bucket`` that the
+    audit would call violations: pending (no outcome recorded, and the lookup row still
+    names this position, not cancelled or dead) at a position the shard's checkpoint has
+    passed. These are what a catch-up moves ahead of the cursor. Buckets whose layout has
+    fewer shards are skipped. Read-only; raises the store's errors."""
+    width = store.meta().bucket_width_s
+    layouts = store.layouts()
+    cp = next((c for c in store.checkpoints() if c.shard == shard), None)
+    parts = [(b, shard) for b in range(first_bucket, last_bucket + 1, width) if shard < layouts.read_count(b)]
+    out: list[Job] = []
+    for i in range(0, len(parts), PARTS_AT_ONCE):
+        rows = [r for found in read_partitions(store, parts[i:i + PARTS_AT_ONCE]) for r in found
+                if r.fired_ms is None and passed(cp, r, width)]
+        by_id: dict[str, Job] = {}
+        ids = [r.job_id for r in rows]
+        for k in range(0, len(ids), LOOKUP_IDS):
+            by_id.update(store.lookup_rows(ids[k:k + LOOKUP_IDS]))
+        out += [r for r in rows if classify(r, by_id.get(r.job_id)) == "pending"]
+    return out

@@ -195,3 +195,23 @@ def _done_already(jobs: Sequence[Job]) -> Steps[set[str]]:
     found: list[list[Job]] = yield from call("read_buckets", parts, limit)
     return {r.job_id for key, rows in zip(keys, found, strict=True) for r in rows
             if r.job_id in at[key] and r.fired_ms is not None}
+
+
+def requeue(p: Placer, rows: Sequence[Job]) -> Steps[list[Job]]:
+    """Move ``rows`` (pending rows a checkpoint has passed: a catch-up's finds) to fresh
+    positions ahead of every cursor, keeping each job's due time, attempts and trace, and
+    nudge their owners; the new rows. The jobs were due already, so they fire at once
+    (within the late margin, or at once with the nudge). Store errors propagate; calling
+    again with the same rows is safe (each move is atomic, and a row moved already is no
+    longer found behind the checkpoint)."""
+    if not rows:
+        return []
+    now = p.clock.now_ms()
+    pairs = []
+    for old in rows:
+        new = yield from p.replace_if_near(old.evolve(fire_ms=0), now)
+        pairs.append((old, new.evolve(attempts=old.attempts, last_error=old.last_error)))
+    yield from call("move_many", pairs)
+    if p.nudger is not None:
+        yield from p.nudger.nudge([new for _, new in pairs])
+    return [new for _, new in pairs]

@@ -46,6 +46,7 @@ from ..errors import OwnershipLost, SchedulerError, StoreUnavailable, WriteTimeo
 from ..fleet.coord import Coordinator
 from ..observe.faults import FaultLog
 from ..poller import Poller, ShardState
+from .catchup import CatchUps
 from .homedc import DcClocks, Rule
 
 log = logging.getLogger("scheduler.fleet")
@@ -89,6 +90,7 @@ class Fleet:
         self.ended = threading.Event()
         self._thread: threading.Thread | None = None
         self.moves = 0
+        self.catch_ups = CatchUps(poller, coordinator)
 
     def start(self) -> None:
         self.coord.start(self.poller.name)
@@ -103,6 +105,7 @@ class Fleet:
         if self._thread is not None:
             # A tick blocked on a store call gives up at the request timeout (10 s).
             self._thread.join(timeout=12)
+        self.catch_ups.stop()
         self.poller.stop()
         self.coord.stop()
 
@@ -186,7 +189,8 @@ class Fleet:
         or a fail-back after one): fenced at SERIAL, among every DC's copies; when that
         cannot be had (the other DC's copies are gone with it) at the store's own level,
         the ZooKeeper lock then being the fence (docs/two-data-centres.md). A take-over
-        is recorded as an outage window; a home claim closes the shard's open records."""
+        is recorded as an outage window; a home claim closes the shard's open records and
+        hands their windows to the catch-up (``catchup.py``)."""
         weights = self._plan.weights if self._plan is not None else {}
         if not weights:
             self.poller.claim(shard, token)
@@ -206,9 +210,12 @@ class Fleet:
                                           "from_bucket": drained})
                 log.warning("took over shard %d of DC %s from bucket %d", shard, home, drained,
                             extra={"action": "shard_taken_over", "shard": shard, "home_dc": home})
-            elif self.coord.close_outages(shard, now_ms, drained):
-                log.info("shard %d is back in its home DC %s at bucket %d", shard, home, drained,
-                         extra={"action": "shard_failed_back", "shard": shard})
+            else:
+                windows = self.coord.close_outages(shard, now_ms, drained)
+                if windows:
+                    log.info("shard %d is back in its home DC %s at bucket %d", shard, home, drained,
+                             extra={"action": "shard_failed_back", "shard": shard})
+                    self.catch_ups.add(windows)
         except StoreUnavailable as exc:
             # The shard is ours and fires; the window's record is what a catch-up needs,
             # so say loudly that this one is missing.

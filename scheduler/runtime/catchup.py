@@ -1,0 +1,114 @@
+"""The catch-up after a fail-back: a home-DC member that claims a shard back re-reads the
+buckets the other DC drained while it held the shard, and moves every row still
+unfired there ahead of the cursor, so it fires.
+
+Why rows can be there: a producer in the home DC writes at LOCAL_QUORUM, which the
+home DC alone acknowledges. A row written just before that DC went dark may not have
+reached the other DC when the other DC's member took the shard over and drained the
+row's bucket, so that member never saw it. Back home, the row is readable again (the
+home DC's replicas have it), but the checkpoint has passed it: only a re-read finds it.
+
+What is read: the take-over record's window (``from_bucket``, the checkpoint at the
+take-over, to ``to_bucket``, the checkpoint at the fail-back) of that one shard, at the
+member's own consistency, after ``SETTLE_S`` so that the other DC's outcome marks
+(hinted while the home DC was away) have reached it. A row counts when the audit would
+call it lost (``observe.audit.behind``: pending, its lookup row still naming it, at a
+position the checkpoint has passed). Each is moved (``producer.repair.requeue``): same
+id and due time, a new position ahead of every cursor, so it fires within the late
+margin (at once when its owner takes the nudge). The record is then marked ``caught_up_ms`` with the
+count moved, so a restart does not read the window twice; a member that dies before
+that leaves the record for the next home claim, which reads it again (moving nothing
+twice: a moved row is no longer pending where it was).
+
+Failures (the store or ZooKeeper away) are logged once, then summarised, and the
+window is tried again every ``RETRY_S``; nothing else waits on it.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from typing import Any
+
+from ..domain.effects import run_sync
+from ..errors import SchedulerError
+from ..fleet.coord import Coordinator
+from ..observe.audit import behind
+from ..observe.faults import FaultLog
+from ..poller import Poller
+from ..producer.repair import requeue
+
+log = logging.getLogger("scheduler.fleet")
+
+# Before a window is read: outcome marks the other DC wrote while this one was away
+# reach it by hinted hand-off within seconds of its return (and the fail-back itself
+# waited the fail-over delay with this DC healthy).
+SETTLE_S = 5.0
+RETRY_S = 5.0
+
+
+class CatchUps:
+    """A thread that catches up the take-over windows handed to ``add``."""
+
+    def __init__(self, poller: Poller, coord: Coordinator, *, settle_s: float = SETTLE_S,
+                 retry_s: float = RETRY_S) -> None:
+        self.poller, self.coord = poller, coord
+        self.settle_s, self.retry_s = settle_s, retry_s
+        self._todo: queue.Queue[dict[str, Any]] = queue.Queue()
+        self._stop = threading.Event()
+        self._fault = FaultLog(log, "catching up a take-over window", action="catch_up")
+        self._thread: threading.Thread | None = None
+        self.moved = 0  # rows moved by this member's catch-ups, in all
+
+    def add(self, records: list[dict[str, Any]]) -> None:
+        """Catch up these windows (records from ``Coordinator.close_outages``); starts the
+        thread on first use."""
+        for record in records:
+            self._todo.put(record)
+        if records and self._thread is None:
+            self._thread = self.poller.core.start_thread("catch-up", self._loop)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=12)
+
+    def _loop(self) -> None:
+        if self._stop.wait(self.settle_s):
+            return
+        while not self._stop.is_set():
+            try:
+                record = self._todo.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            while not self._stop.is_set():
+                try:
+                    self.catch_up(record)
+                    self._fault.ok()
+                    break
+                except (SchedulerError, KeyError, TypeError, ValueError) as exc:
+                    self._fault.failed(exc)
+                    self._stop.wait(self.retry_s)
+
+    def catch_up(self, record: dict[str, Any]) -> int:
+        """Move the unfired rows of ``record``'s window ahead of the cursor and mark the
+        record caught up; how many moved. Raises the store's or ZooKeeper's errors (then
+        nothing is marked, and calling again is safe); ``KeyError``/``TypeError``/
+        ``ValueError`` for a record that does not hold a window."""
+        shard, first, last = int(record["shard"]), int(record["from_bucket"]), int(record["to_bucket"])
+        store = self.poller.core.store
+        # Rows older than the retention are gone from the store: no need to read there
+        # (and a record with a bad window cannot make this read for ever).
+        meta = self.poller.meta
+        first = max(first, last - meta.retention_s // meta.bucket_width_s * meta.bucket_width_s)
+        rows = behind(store, shard, first, last)
+        moved = run_sync(store, requeue(self.poller.occurrences.producer, rows))
+        self.coord.mark_caught_up(record, self.poller.clock.now_ms(), len(moved))
+        self.moved += len(moved)
+        self.poller.metrics.caught_up.inc(len(moved))
+        log.warning("caught up shard %d after its take-over: %d unfired rows moved ahead from buckets %d-%d",
+                    shard, len(moved), first, last,
+                    extra={"action": "shard_caught_up", "shard": shard, "moved": len(moved),
+                           "from_bucket": first, "to_bucket": last})
+        return len(moved)
