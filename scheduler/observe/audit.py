@@ -205,8 +205,8 @@ def behind(store: AuditReads, shard: int, first_bucket: int, last_bucket: int) -
     """The rows of ``shard`` in the buckets ``first_bucket`` to ``last_bucket`` that the
     audit would call violations: pending (no outcome recorded, and the lookup row still
     names this position, not cancelled or dead) at a position the shard's checkpoint has
-    passed. These are what a catch-up moves ahead of the cursor. Buckets whose layout has
-    fewer shards are skipped. Read-only; raises the store's errors."""
+    passed. These are what a catch-up moves ahead of the cursor. Buckets whose layout
+    has fewer shards are skipped. Read-only; raises the store's errors."""
     width = store.meta().bucket_width_s
     layouts = store.layouts()
     cp = next((c for c in store.checkpoints() if c.shard == shard), None)

@@ -8,10 +8,17 @@ reached the other DC when the other DC's member took the shard over and drained 
 row's bucket, so that member never saw it. Back home, the row is readable again (the
 home DC's replicas have it), but the checkpoint has passed it: only a re-read finds it.
 
-What is read: the take-over record's window (``from_bucket``, the checkpoint at the
-take-over, to ``to_bucket``, the checkpoint at the fail-back) of that one shard, at the
-member's own consistency, after ``SETTLE_S`` so that the other DC's outcome marks
-(hinted while the home DC was away) have reached it. A row counts when the audit would
+The same holds the other way round when the home DC's own copies were away (its nodes
+down or cut off): what the other DC wrote meanwhile reaches them by hinted hand-off
+after their return, and a home member that reads a bucket before its hints arrive reads
+past those rows too.
+
+What is read: that one shard's buckets from the take-over record's ``from_bucket`` (the
+checkpoint at the take-over) to the bucket its checkpoint is in when the read starts
+(at least ``to_bucket``, the checkpoint at the fail-back), at the member's own
+consistency, ``SETTLE_S`` after the claim: by then the hints written while the home DC
+was away (flushed every 10 s by default, then sent) have reached it, rows and outcome
+marks alike. A row counts when the audit would
 call it lost (``observe.audit.behind``: pending, its lookup row still naming it, at a
 position the checkpoint has passed). Each is moved (``producer.repair.requeue``): same
 id and due time, a new position ahead of every cursor, so it fires within the late
@@ -41,10 +48,10 @@ from ..producer.repair import requeue
 
 log = logging.getLogger("scheduler.fleet")
 
-# Before a window is read: outcome marks the other DC wrote while this one was away
-# reach it by hinted hand-off within seconds of its return (and the fail-back itself
-# waited the fail-over delay with this DC healthy).
-SETTLE_S = 5.0
+# Before a window is read: what the other DC wrote while this one was away reaches it by
+# hinted hand-off within seconds of its return (Cassandra flushes hints every 10 s, then
+# sends them), and the fail-back itself waited the fail-over delay with this DC healthy.
+SETTLE_S = 15.0
 RETRY_S = 5.0
 
 
@@ -102,6 +109,10 @@ class CatchUps:
         # (and a record with a bad window cannot make this read for ever).
         meta = self.poller.meta
         first = max(first, last - meta.retention_s // meta.bucket_width_s * meta.bucket_width_s)
+        # Up to the checkpoint as it is now: the rows this member's own reader passed
+        # before the hints brought them are behind it too.
+        cp = next((c for c in store.checkpoints() if c.shard == shard), None)
+        last = max(last, cp.drained + meta.bucket_width_s if cp is not None else last)
         rows = behind(store, shard, first, last)
         moved = run_sync(store, requeue(self.poller.occurrences.producer, rows))
         self.coord.mark_caught_up(record, self.poller.clock.now_ms(), len(moved))

@@ -128,7 +128,7 @@ def test_home_dcs_fail_over_after_the_delay_and_back(env):
     assert all(checkpoints[s] == "a3" for s in home["dc1"])
 
     # The catch-up: the late row fires once, from its home DC, and every window is marked.
-    wait_until(lambda: any(j == late for _, j in fired), 30, "the late row fired by the catch-up")
+    wait_until(lambda: any(j == late for _, j in fired), 60, "the late row fired by the catch-up")
     wait_until(lambda: all("caught_up_ms" in r for r in dcrec.read_outages(zk(b1), root)), 10,
                "every take-over window caught up")
     assert sum(r["moved"] for r in dcrec.read_outages(zk(b1), root)) == 1
