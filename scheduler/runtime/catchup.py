@@ -36,6 +36,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from typing import Any
 
 from ..domain.effects import run_sync
@@ -69,10 +70,13 @@ class CatchUps:
         self.moved = 0  # rows moved by this member's catch-ups, in all
 
     def add(self, records: list[dict[str, Any]]) -> None:
-        """Catch up these windows (records from ``Coordinator.close_outages``); starts the
-        thread on first use."""
+        """Catch up these windows, each ``settle_s`` from now: records from
+        ``Coordinator.close_outages`` (marked caught up after), or windows without a
+        ``"node"`` (a cut link, ``PeerLinks``: nothing to mark). Starts the thread on
+        first use."""
+        at = time.monotonic() + self.settle_s
         for record in records:
-            self._todo.put(record)
+            self._todo.put({**record, "_at": at})
         if records and self._thread is None:
             self._thread = self.poller.core.start_thread("catch-up", self._loop)
 
@@ -82,13 +86,13 @@ class CatchUps:
             self._thread.join(timeout=12)
 
     def _loop(self) -> None:
-        if self._stop.wait(self.settle_s):
-            return
         while not self._stop.is_set():
             try:
                 record = self._todo.get(timeout=0.5)
             except queue.Empty:
                 continue
+            if self._stop.wait(max(0.0, record["_at"] - time.monotonic())):
+                return
             while not self._stop.is_set():
                 try:
                     self.catch_up(record)
@@ -115,11 +119,13 @@ class CatchUps:
         last = max(last, cp.drained + meta.bucket_width_s if cp is not None else last)
         rows = behind(store, shard, first, last)
         moved = run_sync(store, requeue(self.poller.occurrences.producer, rows))
-        self.coord.mark_caught_up(record, self.poller.clock.now_ms(), len(moved))
+        if record.get("node") is not None:
+            self.coord.mark_caught_up(record, self.poller.clock.now_ms(), len(moved))
         self.moved += len(moved)
         self.poller.metrics.caught_up.inc(len(moved))
-        log.warning("caught up shard %d after its take-over: %d unfired rows moved ahead from buckets %d-%d",
-                    shard, len(moved), first, last,
+        log.warning("caught up shard %d after %s: %d unfired rows moved ahead from buckets %d-%d",
+                    shard, "its take-over" if record.get("node") is not None else "a cut to another DC",
+                    len(moved), first, last,
                     extra={"action": "shard_caught_up", "shard": shard, "moved": len(moved),
                            "from_bucket": first, "to_bucket": last})
         return len(moved)

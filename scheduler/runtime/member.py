@@ -41,6 +41,8 @@ import time
 
 from ..domain.assign import live_shards
 from ..domain.home import home_of
+from ..domain.keys import bucket_of_ms
+from ..domain.links import PeerLinks
 from ..domain.plan import Plan, next_plan
 from ..errors import OwnershipLost, SchedulerError, StoreUnavailable, WriteTimeout
 from ..fleet.coord import Coordinator
@@ -91,6 +93,7 @@ class Fleet:
         self._thread: threading.Thread | None = None
         self.moves = 0
         self.catch_ups = CatchUps(poller, coordinator)
+        self._links = PeerLinks()
 
     def start(self) -> None:
         self.coord.start(self.poller.name)
@@ -112,6 +115,7 @@ class Fleet:
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
+                self._watch_links()
                 self.rebalance()
                 self._fault.ok()
             except SchedulerError as exc:
@@ -119,6 +123,18 @@ class Fleet:
             # Waiting for the leader's plan: look again soon, so that a hand-over does
             # not wait a whole extra tick for it (only during a change: one exists()).
             self._stop.wait(self.tick_s / 5 if self._awaiting_plan else self.tick_s)
+
+    def _watch_links(self) -> None:
+        """When every node of the other DCs is back after some were down (a cut, or
+        their stop), catch up our shards over the window (``domain/links.py``)."""
+        window = self._links.observe(self.poller.store.peers_down(), self.poller.clock.now_ms())
+        if window is not None and self.poller.shards:
+            first = bucket_of_ms(window[0], self.poller.meta.bucket_width_s)
+            log.warning("every node of the other DCs is back: catching up %d shards over the "
+                        "window since %d", len(self.poller.shards), first,
+                        extra={"action": "peers_back", "shards": len(self.poller.shards)})
+            self.catch_ups.add([{"shard": s, "from_bucket": first, "to_bucket": first}
+                                for s in sorted(self.poller.shards)])
 
     def _live_shards(self) -> set[int]:
         now = time.monotonic()

@@ -165,6 +165,11 @@ class Store(ScheduleRows, FlowTables, ABC):
     def server_now_ms(self) -> int:
         """The store's own wall clock, for skew checks."""
 
+    def peers_down(self) -> int:
+        """How many nodes of other DCs than this process's own are down now, as the
+        store's client last heard (no I/O). 0 for a store without DCs."""
+        return 0
+
     def meta(self) -> StoreMeta:
         raw = self._read_meta()
         try:

@@ -126,13 +126,15 @@ class Firing(Protocol):
 
 
 class Ownership(Protocol):
-    """A poller's fenced hold on its shards, and where it listens for nudges."""
+    """A poller's fenced hold on its shards, where it listens for nudges, and whether
+    the other DCs' nodes are reachable (``peers_down``: the catch-up after a cut)."""
 
     def claim_shard(self, shard: int, owner: str, epoch: int, initial_drained: int,
                     now_ms: int, *, global_fence: bool = False) -> Checkpoint: ...
     def save_checkpoint(self, shard: int, epoch: int, checkpoint: Checkpoint, now_ms: int) -> None: ...
     def release_shard(self, shard: int, epoch: int, now_ms: int) -> bool: ...
     def set_notify_endpoint(self, owner: str, address: str | None, now_ms: int) -> None: ...
+    def peers_down(self) -> int: ...
 
 
 class Checkpoints(Protocol):

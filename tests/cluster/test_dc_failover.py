@@ -12,7 +12,6 @@ only the pollers go. How long the take-over takes is measured in bench/dc_failov
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
 import pytest
 
@@ -20,32 +19,15 @@ from scheduler import Client
 from scheduler.domain.clock import SystemClock
 from scheduler.domain.home import homes
 from scheduler.domain.keys import shard_of
-from scheduler.fleet import dcs as dcrec
 from scheduler.fleet.view import write_home_rule
 from scheduler.store import SchemaOptions, open_store
+from tests.cluster.dcfleet import CONCURRENCY, FAILOVER_S, SESSION_S, SHARDS, WEIGHTS, outages
 from tests.conftest import ZOOKEEPER_HOSTS
 from tests.faultload import Pollers, Producer, measure, now_ms, preload, wait_fired
 from tests.handlers import read_records
 from tests.procs import kill_all, wait_until
 
 pytestmark = [pytest.mark.cluster3, pytest.mark.dcs2, pytest.mark.fault]
-SHARDS = 8
-WEIGHTS = {"dc1": 1, "dc2": 1}
-SESSION_S = 4  # ZooKeeper's smallest (2 ticks of 2 s): the dead pollers' nodes go soonest
-FAILOVER_S = 5
-CONCURRENCY = 16
-
-
-def outages(root: str) -> list[dict[str, Any]]:
-    from kazoo.client import KazooClient
-
-    zk = KazooClient(hosts=ZOOKEEPER_HOSTS)
-    zk.start(timeout=10)
-    try:
-        return dcrec.read_outages(zk, root)
-    finally:
-        zk.stop()
-        zk.close()
 
 
 @pytest.mark.timeout(300)

@@ -137,4 +137,4 @@ def test_home_dcs_fail_over_after_the_delay_and_back(env):
 
 
 def drained(store, shard: int) -> int:
-    return next(c.drained for c in store.checkpoints() if c.shard == shard)
+    return int(next(c.drained for c in store.checkpoints() if c.shard == shard))

@@ -307,6 +307,15 @@ class CassandraStore(CassandraAsync, CassandraSchema, CassandraFiring, Cassandra
         values = dict(zip(rs.column_names, row, strict=False))
         return bool(values.pop("[applied]")), values
 
+    def peers_down(self) -> int:
+        """Nodes of other DCs that the driver holds down (Cassandra's status events, sent
+        when its failure detector convicts a node, and its "up" events when they return);
+        0 for a store given no DC. No I/O."""
+        if self.cfg.dc is None:
+            return 0
+        return sum(1 for h in self._cluster.metadata.all_hosts()
+                   if h.datacenter != self.cfg.dc and h.is_up is False)
+
     def close(self) -> None:
         self._cluster.shutdown()
 
