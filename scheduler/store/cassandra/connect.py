@@ -3,6 +3,7 @@ TLS from the settings, and a failed connection turned into one typed line."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from typing import Any
@@ -83,7 +84,25 @@ def connect(cfg: CassandraUrl, sec: CassandraSecurity, *, request_timeout_s: flo
         except BaseException:
             cluster.shutdown()
             raise
+        local_control_connection(cluster, cfg.dc)
         return cluster, session
+
+
+def local_control_connection(cluster: Any, dc: str | None) -> None:
+    """Move the driver's control connection into ``dc`` when its first connection went
+    to a contact point of another DC (the driver tries them before it knows their DCs).
+    Its node's view of the cluster is what the status events tell, and a process of one
+    DC asks whether the *other* DCs' nodes are reachable from its own (``peers_down``).
+    Afterwards the driver keeps it in ``dc``: the query plan it reconnects from has no
+    remote host. Best effort: on failure the connection stays where it is."""
+    if dc is None:
+        return
+    conn = getattr(cluster.control_connection, "_connection", None)
+    host = cluster.metadata.get_host(conn.endpoint) if conn is not None else None
+    if host is None or host.datacenter == dc:
+        return
+    with contextlib.suppress(Exception):
+        cluster.control_connection.connect()
 
 
 def load_balancing(dc: str | None) -> Any:
