@@ -117,29 +117,39 @@ def read_outages(zk: Any, root: str) -> list[dict[str, Any]]:
     return out
 
 
+def _record(zk: Any, path: str) -> tuple[dict[str, Any], Any] | None:
+    """The record at ``path`` and its stat; None when gone or not a JSON object."""
+    from kazoo.exceptions import NoNodeError
+
+    try:
+        data, stat = zk.get(path)
+        doc = json.loads(data)
+    except (NoNodeError, ValueError, UnicodeDecodeError):
+        return None
+    return (doc, stat) if isinstance(doc, dict) else None
+
+
+def _update(zk: Any, path: str, doc: dict[str, Any], stat: Any) -> None:
+    # Compare and set: a record changed meanwhile raises (BadVersionError), and the
+    # caller's claim or catch-up is tried again.
+    zk.set(path, json.dumps(doc, separators=(",", ":")).encode(), version=stat.version)
+
+
 def close_outages(zk: Any, root: str, shard: int, ended_ms: int, to_bucket: int) -> list[dict[str, Any]]:
     """Mark the open records of ``shard`` ended (the home DC claimed it back); the
     shard's ended records not caught up yet (these and any left by an earlier claim),
     each with its ``"node"``."""
-    from kazoo.exceptions import NoNodeError
-
     if not zk.exists(f"{root}/outages"):
         return []
     out = []
     for name in sorted(zk.get_children(f"{root}/outages"), key=lambda n: n.rpartition("-")[2]):
-        if not name.startswith(f"s{shard}-"):
+        found = _record(zk, f"{root}/outages/{name}") if name.startswith(f"s{shard}-") else None
+        if found is None or "caught_up_ms" in found[0]:
             continue
-        path = f"{root}/outages/{name}"
-        try:
-            data, stat = zk.get(path)
-            doc = json.loads(data)
-        except (NoNodeError, ValueError, UnicodeDecodeError):
-            continue
-        if not isinstance(doc, dict) or "caught_up_ms" in doc:
-            continue
+        doc, stat = found
         if "ended_ms" not in doc:
             doc.update(ended_ms=ended_ms, to_bucket=to_bucket)
-            zk.set(path, json.dumps(doc, separators=(",", ":")).encode(), version=stat.version)
+            _update(zk, f"{root}/outages/{name}", doc, stat)
         out.append({**doc, "node": name})
     return out
 
@@ -147,14 +157,8 @@ def close_outages(zk: Any, root: str, shard: int, ended_ms: int, to_bucket: int)
 def mark_caught_up(zk: Any, root: str, node: str, at_ms: int, moved: int) -> None:
     """Record that the window of ``node`` was caught up (``moved`` rows moved ahead);
     kept, as the fleet's history of take-overs. A record gone meanwhile is ignored."""
-    from kazoo.exceptions import NoNodeError
-
-    path = f"{root}/outages/{node}"
-    try:
-        data, stat = zk.get(path)
-        doc = json.loads(data)
-    except (NoNodeError, ValueError, UnicodeDecodeError):
-        return
-    if isinstance(doc, dict):
+    found = _record(zk, f"{root}/outages/{node}")
+    if found is not None:
+        doc, stat = found
         doc.update(caught_up_ms=at_ms, moved=moved)
-        zk.set(path, json.dumps(doc, separators=(",", ":")).encode(), version=stat.version)
+        _update(zk, f"{root}/outages/{node}", doc, stat)
