@@ -28,7 +28,9 @@ that leaves the record for the next home claim, which reads it again (moving not
 twice: a moved row is no longer pending where it was).
 
 Failures (the store or ZooKeeper away) are logged once, then summarised, and the
-window is tried again every ``RETRY_S``; nothing else waits on it.
+window is tried again every ``RETRY_S``; nothing else waits on it. A record that holds
+no window (not numbers where the window should be: written by hand, or by another
+version) is logged as an error and skipped, so it cannot hold up the others.
 """
 
 from __future__ import annotations
@@ -98,9 +100,17 @@ class CatchUps:
                     self.catch_up(record)
                     self._fault.ok()
                     break
-                except (SchedulerError, KeyError, TypeError, ValueError) as exc:
+                except SchedulerError as exc:
                     self._fault.failed(exc)
                     self._stop.wait(self.retry_s)
+                except (KeyError, TypeError, ValueError, OverflowError) as exc:
+                    # A record without a window (written by hand, or not by this
+                    # version): trying again cannot help, and it must not hold up the
+                    # windows queued behind it.
+                    log.error("outage record %s holds no window this version reads (%s); skipped: "
+                              "audit its buckets by hand", str(record.get("node"))[:80], type(exc).__name__,
+                              extra={"action": "catch_up_record_unreadable"})
+                    break
 
     def catch_up(self, record: dict[str, Any]) -> int:
         """Move the unfired rows of ``record``'s window ahead of the cursor and mark the
