@@ -8,7 +8,7 @@
   ``"ended_ms"`` and ``"to_bucket"`` added when a member of the home DC claims it back,
   and ``"caught_up_ms"`` and ``"moved"`` once that member has read the window's buckets
   again and moved what was left unfired (the catch-up). They are kept, as the fleet's
-  history of take-overs, until an operator removes them.
+  history of take-overs, for ``KEEP_MS`` (30 days) after their catch-up.
 
 Everything read here came from outside the process: a node that does not parse is
 reported as such (``None`` or skipped), never raised as a crash.
@@ -23,6 +23,10 @@ from typing import Any
 from ..domain.home import format_weights, parse_weights
 from ..errors import InvalidInput
 
+# Caught-up take-over records are kept this long, then deleted by the next home claim
+# of their shard.
+KEEP_MS = 30 * 86_400_000
+
 
 def encode_member(dc: str | None) -> bytes:
     return b"" if dc is None else json.dumps({"dc": dc}, separators=(",", ":")).encode()
@@ -33,7 +37,7 @@ def decode_member(data: bytes) -> str | None:
     try:
         doc = json.loads(data) if data else {}
         dc = doc.get("dc") if isinstance(doc, dict) else None
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     return dc if isinstance(dc, str) and dc else None
 
@@ -53,7 +57,7 @@ def decode_home(data: bytes) -> dict[str, int]:
         if not isinstance(weights, dict) or not all(isinstance(w, int) for w in weights.values()):
             raise InvalidInput("the home-DC rule in ZooKeeper is not one this version reads")
         return parse_weights(format_weights({str(k): int(v) for k, v in weights.items()}))
-    except (ValueError, UnicodeDecodeError, KeyError, TypeError) as exc:
+    except (ValueError, UnicodeDecodeError, KeyError, TypeError, RecursionError) as exc:
         if isinstance(exc, InvalidInput):
             raise
         raise InvalidInput("the home-DC rule in ZooKeeper is not JSON this version reads; "
@@ -110,7 +114,7 @@ def read_outages(zk: Any, root: str) -> list[dict[str, Any]]:
         try:
             data, _ = zk.get(f"{root}/outages/{name}")
             doc = json.loads(data)
-        except (NoNodeError, ValueError, UnicodeDecodeError):
+        except (NoNodeError, ValueError, UnicodeDecodeError, RecursionError):
             continue
         if isinstance(doc, dict):
             out.append({**doc, "node": name})
@@ -124,7 +128,7 @@ def _record(zk: Any, path: str) -> tuple[dict[str, Any], Any] | None:
     try:
         data, stat = zk.get(path)
         doc = json.loads(data)
-    except (NoNodeError, ValueError, UnicodeDecodeError):
+    except (NoNodeError, ValueError, UnicodeDecodeError, RecursionError):
         return None
     return (doc, stat) if isinstance(doc, dict) else None
 
@@ -133,6 +137,17 @@ def _update(zk: Any, path: str, doc: dict[str, Any], stat: Any) -> None:
     # Compare and set: a record changed meanwhile raises (BadVersionError), and the
     # caller's claim or catch-up is tried again.
     zk.set(path, json.dumps(doc, separators=(",", ":")).encode(), version=stat.version)
+
+
+def _prune(zk: Any, path: str, doc: dict[str, Any], now_ms: int) -> None:
+    """Delete a caught-up record older than ``KEEP_MS``: the history is kept that long,
+    and the listing every home claim reads stays short."""
+    from kazoo.exceptions import NoNodeError
+
+    caught_up = doc.get("caught_up_ms")
+    if isinstance(caught_up, int) and caught_up < now_ms - KEEP_MS:
+        with contextlib.suppress(NoNodeError):
+            zk.delete(path)
 
 
 def close_outages(zk: Any, root: str, shard: int, ended_ms: int, to_bucket: int) -> list[dict[str, Any]]:
@@ -144,7 +159,10 @@ def close_outages(zk: Any, root: str, shard: int, ended_ms: int, to_bucket: int)
     out = []
     for name in sorted(zk.get_children(f"{root}/outages"), key=lambda n: n.rpartition("-")[2]):
         found = _record(zk, f"{root}/outages/{name}") if name.startswith(f"s{shard}-") else None
-        if found is None or "caught_up_ms" in found[0]:
+        if found is None:
+            continue
+        if "caught_up_ms" in found[0]:
+            _prune(zk, f"{root}/outages/{name}", found[0], ended_ms)
             continue
         doc, stat = found
         if "ended_ms" not in doc:

@@ -139,8 +139,8 @@ class PollerMetrics:
                                     "by this poller's DC and the shards' home DC", ["dc", "home_dc"],
                                     registry=r)
         self.caught_up = Counter("scheduler_dc_catchup_moved_total",
-                                 "Unfired rows a catch-up after a fail-back found behind the checkpoint "
-                                 "and moved ahead so they fire", registry=r)
+                                 "Unfired rows a catch-up (after a fail-back, or a cut to another DC) "
+                                 "found behind the checkpoint and moved ahead so they fire", registry=r)
 
     def forget_shard(self, shard: int) -> None:
         """Drop a shard's series once it is no longer ours: a stale lag would lie."""

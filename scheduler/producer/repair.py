@@ -201,17 +201,32 @@ def requeue(p: Placer, rows: Sequence[Job]) -> Steps[list[Job]]:
     """Move ``rows`` (pending rows a checkpoint has passed: a catch-up's finds) to fresh
     positions ahead of every cursor, keeping each job's due time, attempts and trace, and
     nudge their owners; the new rows. The jobs were due already, so they fire at once
-    (within the late margin, or at once with the nudge). Store errors propagate; calling
-    again with the same rows is safe (each move is atomic, and a row moved already is no
-    longer found behind the checkpoint)."""
+    (within the late margin, or at once with the nudge).
+
+    As slow-write repair does: the rows are read again just before the move, and one a
+    producer cancelled or moved since (its row now retired) is left alone; a move
+    acknowledged too late for the late-write rule is moved again; a move that failed is
+    remembered, so calling again with the same rows writes the same placements (a
+    logged batch may still land), and then calling again is safe. What remains is a
+    cancel landing between that read and the move's write, as a cancel racing a fire.
+    Store errors propagate."""
+    done = yield from _done_already(rows)
+    rows = [r for r in rows if r.job_id not in done]
     if not rows:
         return []
-    now = p.clock.now_ms()
+    started = p.clock.now_ms()
+    again = p.unsure.reuse(rows, {r.job_id: r for r in rows})
     pairs = []
     for old in rows:
-        new = yield from p.replace_if_near(old.evolve(fire_ms=0), now)
+        new = again.get(old.job_id) or (yield from p.replace_if_near(old.evolve(fire_ms=0), started))
         pairs.append((old, new.evolve(attempts=old.attempts, last_error=old.last_error)))
-    yield from call("move_many", pairs)
+    try:
+        yield from call("move_many", pairs)
+    except SchedulerError:
+        p.unsure.note(pairs)
+        raise
+    p.unsure.forget(r.job_id for r in rows)
+    out = yield from repair_slow_writes(p, [new for _, new in pairs], {r.job_id for r in rows}, started)
     if p.nudger is not None:
-        yield from p.nudger.nudge([new for _, new in pairs])
-    return [new for _, new in pairs]
+        yield from p.nudger.nudge(out)
+    return out

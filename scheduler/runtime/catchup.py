@@ -42,7 +42,7 @@ import time
 from typing import Any
 
 from ..domain.effects import run_sync
-from ..errors import SchedulerError
+from ..errors import InvalidInput, SchedulerError
 from ..fleet.coord import Coordinator
 from ..observe.audit import behind
 from ..observe.faults import FaultLog
@@ -56,6 +56,10 @@ log = logging.getLogger("scheduler.fleet")
 # sends them), and the fail-back itself waited the fail-over delay with this DC healthy.
 SETTLE_S = 15.0
 RETRY_S = 5.0
+# Buckets read, then moved, at a time: a producer's cancel or move between a row's read
+# and its move is re-checked just before the move (``requeue``), and a stop waits for
+# one chunk at most.
+CHUNK_BUCKETS = 64
 
 
 class CatchUps:
@@ -100,10 +104,7 @@ class CatchUps:
                     self.catch_up(record)
                     self._fault.ok()
                     break
-                except SchedulerError as exc:
-                    self._fault.failed(exc)
-                    self._stop.wait(self.retry_s)
-                except (KeyError, TypeError, ValueError, OverflowError) as exc:
+                except (KeyError, TypeError, ValueError, OverflowError, InvalidInput) as exc:
                     # A record without a window (written by hand, or not by this
                     # version): trying again cannot help, and it must not hold up the
                     # windows queued behind it.
@@ -111,31 +112,53 @@ class CatchUps:
                               "audit its buckets by hand", str(record.get("node"))[:80], type(exc).__name__,
                               extra={"action": "catch_up_record_unreadable"})
                     break
+                except SchedulerError as exc:
+                    self._fault.failed(exc)
+                    self._stop.wait(self.retry_s)
+                except Exception as exc:  # the driver after a shutdown, or a bug: one line
+                    if not self._stop.is_set():
+                        log.error("catching up shard %s failed (%r); skipped", record.get("shard"), exc,
+                                  extra={"action": "catch_up_failed"})
+                    break
 
-    def catch_up(self, record: dict[str, Any]) -> int:
-        """Move the unfired rows of ``record``'s window ahead of the cursor and mark the
-        record caught up; how many moved. Raises the store's or ZooKeeper's errors (then
-        nothing is marked, and calling again is safe); ``KeyError``/``TypeError``/
-        ``ValueError`` for a record that does not hold a window."""
+    def catch_up(self, record: dict[str, Any]) -> int | None:
+        """Move the unfired rows of ``record``'s window ahead of the cursor, a chunk of
+        buckets at a time, and mark the record caught up; how many moved. None, with
+        nothing marked, when the shard is not this member's (any more) or the worker
+        stops: the shard's next home claim hands the record out again. Only the owner
+        catches up, so two members never move the same row at once. Raises the store's
+        or ZooKeeper's errors (then nothing is marked, and calling again is safe: a row
+        moved already is not found again); ``KeyError``/``TypeError``/``ValueError``/
+        ``OverflowError`` for a record that does not hold a window."""
         shard, first, last = int(record["shard"]), int(record["from_bucket"]), int(record["to_bucket"])
+        if shard not in self.poller.shards:
+            log.info("not catching up shard %d: it is not ours now", shard,
+                     extra={"action": "catch_up_not_owner", "shard": shard})
+            return None
         store = self.poller.core.store
-        # Rows older than the retention are gone from the store: no need to read there
-        # (and a record with a bad window cannot make this read for ever).
         meta = self.poller.meta
-        first = max(first, last - meta.retention_s // meta.bucket_width_s * meta.bucket_width_s)
+        width = meta.bucket_width_s
         # Up to the checkpoint as it is now: the rows this member's own reader passed
         # before the hints brought them are behind it too.
         cp = next((c for c in store.checkpoints() if c.shard == shard), None)
-        last = max(last, cp.drained + meta.bucket_width_s if cp is not None else last)
-        rows = behind(store, shard, first, last)
-        moved = run_sync(store, requeue(self.poller.occurrences.producer, rows))
+        last = max(last, cp.drained + width) if cp is not None else last
+        # Rows older than the retention are gone from the store: no need to read there,
+        # and no record, however old or forged, makes this read more than that.
+        first = max(first, last - meta.retention_s // width * width)
+        producer = self.poller.occurrences.producer
+        moved = 0
+        for lo in range(first, last + 1, CHUNK_BUCKETS * width):
+            if self._stop.is_set():
+                return None
+            rows = behind(store, shard, lo, min(last, lo + (CHUNK_BUCKETS - 1) * width))
+            moved += len(run_sync(store, requeue(producer, rows)))
         if record.get("node") is not None:
-            self.coord.mark_caught_up(record, self.poller.clock.now_ms(), len(moved))
-        self.moved += len(moved)
-        self.poller.metrics.caught_up.inc(len(moved))
+            self.coord.mark_caught_up(record, self.poller.clock.now_ms(), moved)
+        self.moved += moved
+        self.poller.metrics.caught_up.inc(moved)
         log.warning("caught up shard %d after %s: %d unfired rows moved ahead from buckets %d-%d",
                     shard, "its take-over" if record.get("node") is not None else "a cut to another DC",
-                    len(moved), first, last,
-                    extra={"action": "shard_caught_up", "shard": shard, "moved": len(moved),
+                    moved, first, last,
+                    extra={"action": "shard_caught_up", "shard": shard, "moved": moved,
                            "from_bucket": first, "to_bucket": last})
-        return len(moved)
+        return moved

@@ -94,6 +94,7 @@ class Fleet:
         self.moves = 0
         self.catch_ups = CatchUps(poller, coordinator)
         self._links = PeerLinks()
+        self._to_close: dict[int, int] = {}  # home shards claimed back: drained bucket
 
     def start(self) -> None:
         self.coord.start(self.poller.name)
@@ -117,6 +118,7 @@ class Fleet:
             try:
                 self._watch_links()
                 self.rebalance()
+                self._close_outages()  # those a claim could not close
                 self._fault.ok()
             except SchedulerError as exc:
                 self._fault.failed(exc)  # once, then a summary every 30 s
@@ -227,15 +229,28 @@ class Fleet:
                 log.warning("took over shard %d of DC %s from bucket %d", shard, home, drained,
                             extra={"action": "shard_taken_over", "shard": shard, "home_dc": home})
             else:
-                windows = self.coord.close_outages(shard, now_ms, drained)
-                if windows:
-                    log.info("shard %d is back in its home DC %s at bucket %d", shard, home, drained,
-                             extra={"action": "shard_failed_back", "shard": shard})
-                    self.catch_ups.add(windows)
+                self._to_close[shard] = drained
+                self._close_outages()
         except StoreUnavailable as exc:
             # The shard is ours and fires; the window's record is what a catch-up needs,
             # so say loudly that this one is missing.
             log.error("%s", exc, extra={"action": "outage_record_failed", "shard": shard})
+
+    def _close_outages(self) -> None:
+        """Close the take-over records of the home shards claimed back and hand their
+        windows to the catch-up; a shard whose records could not be read or written
+        (ZooKeeper away) is tried again every tick while it is ours. Raises
+        ``StoreUnavailable`` for the first that fails."""
+        for shard, drained in sorted(self._to_close.items()):
+            if shard not in self.poller.shards:
+                del self._to_close[shard]
+                continue
+            windows = self.coord.close_outages(shard, self.poller.clock.now_ms(), drained)
+            del self._to_close[shard]
+            if windows:
+                log.info("shard %d is back in its home DC at bucket %d", shard, drained,
+                         extra={"action": "shard_failed_back", "shard": shard})
+                self.catch_ups.add(windows)
 
     def _count_foreign(self) -> None:
         """``scheduler_fleet_foreign_shards``: our shards whose home is another DC."""

@@ -79,3 +79,20 @@ def test_a_shard_without_a_checkpoint_or_a_window_of_another_layout_finds_nothin
     st.insert_many([job("x", T0_MS + 4000, shard=1)])
     assert behind(st, 1, B0, B0 + 60) == []  # shard 1 was never claimed: nothing passed
     assert behind(st, S + 3, B0, B0 + 60) == []  # no such shard in these buckets' layout
+
+
+def test_a_row_cancelled_or_moved_between_the_read_and_the_move_is_left_alone(st: Store):
+    st.claim_shard(0, "p0", 5, B0 - 60, T0_MS)
+    st.save_checkpoint(0, 5, Checkpoint(B0), T0_MS + 61_000)
+    cancelled, moved = job("lost-cancelled", T0_MS + 4000), job("lost-moved", T0_MS + 5000)
+    st.insert_many([cancelled, moved])
+    found = behind(st, 0, B0, B0)
+    assert sorted(r.job_id for r in found) == ["lost-cancelled", "lost-moved"]
+    # The producers act after the catch-up read the rows, before it moves them.
+    st.cancel(cancelled)
+    later = job("lost-moved", T0_MS + 600_000)
+    st.move(moved, later)
+    assert run_sync(st, requeue(producer(st), found)) == []
+    stored = st.get_many(["lost-cancelled", "lost-moved"])
+    assert stored["lost-cancelled"].status is Status.CANCELLED
+    assert stored["lost-moved"].fire_ms == later.fire_ms and stored["lost-moved"].status is Status.PENDING

@@ -1,6 +1,6 @@
 """The catch-up worker on the embedded store: a window is caught up after its settle
-time and its record marked; a record that holds no window is skipped with one error
-line and does not hold up the windows queued behind it."""
+time and its record marked, by the shard's owner only; a record that holds no window is
+skipped with one error line and does not hold up the windows queued behind it."""
 
 from __future__ import annotations
 
@@ -37,10 +37,14 @@ def test_a_window_is_caught_up_and_marked_and_a_bad_record_is_skipped(tmp_path, 
     poller = Poller(store, App.for_function(lambda job: None), name="a1", metrics=PollerMetrics())
     worker = CatchUps(poller, coord, settle_s=0.1, retry_s=0.1)
     try:
+        assert worker.catch_up(good[0]) is None and coord.close_outages(0, now, bucket) == good  # not ours
+        poller.claim(0, 2)
         with caplog.at_level(logging.ERROR, logger="scheduler.fleet"):
-            worker.add([{"shard": 0, "from_bucket": "not a number", "to_bucket": None, "node": "x"}, *good])
+            bad = [{"shard": 0, "from_bucket": "not a number", "to_bucket": None, "node": "x"},
+                   {"shard": 0, "from_bucket": float("inf"), "to_bucket": 0, "node": "y"}]
+            worker.add([*bad, *good])
             wait_until(lambda: worker.moved == 1, 10, "the lost row moved")
-        assert any("holds no window" in r.getMessage() for r in caplog.records)
+        assert sum("holds no window" in r.getMessage() for r in caplog.records) == 2
         assert coord.close_outages(0, now, bucket) == []  # marked caught up: not handed out again
         moved = store.get_many(["lost"])["lost"]
         assert moved.fire_ms >= now and moved.due_ms == bucket * 1000 + 5_000

@@ -106,12 +106,13 @@ def test_the_plan_under_a_rule():
 def test_member_and_rule_records():
     assert decode_member(encode_member("dc1")) == "dc1"
     assert decode_member(encode_member(None)) is None
-    for junk in (b"\xff", b"[1]", b'{"dc": 5}', b"{"):
+    deep = b"[" * 100_000 + b"]" * 100_000  # json.loads raises RecursionError on it
+    for junk in (b"\xff", b"[1]", b'{"dc": 5}', b"{", deep):
         assert decode_member(junk) is None
     assert decode_home(encode_home({"dc1": 1})) == {"dc1": 1}
     assert decode_home(b"") == {}
     for junk in (b"\xff", b"{", b'{"v": 2, "weights": {}}', b'{"v": 1, "weights": {"dc1": 0}}',
-                 b'{"v": 1, "weights": {"dc1": "1"}}', b'{"v": 1, "weights": {"a b": 1}}'):
+                 b'{"v": 1, "weights": {"dc1": "1"}}', b'{"v": 1, "weights": {"a b": 1}}', deep):
         with pytest.raises(InvalidInput):
             decode_home(junk)
 
