@@ -16,9 +16,10 @@ past those rows too.
 What is read: that one shard's buckets from the take-over record's ``from_bucket`` (the
 checkpoint at the take-over) to the bucket its checkpoint is in when the read starts
 (at least ``to_bucket``, the checkpoint at the fail-back), at the member's own
-consistency, ``SETTLE_S`` after the claim: by then the hints written while the home DC
-was away (flushed every 10 s by default, then sent) have reached it, rows and outcome
-marks alike. A row counts when the audit would
+consistency, ``SETTLE_S`` after the claim, and once no node of another DC is down (as
+the driver sees them; ``PEERS_WAIT_S`` at most): by then the hints written while the
+home DC was away (flushed every 10 s by default, then sent) have usually reached it,
+rows and outcome marks alike. A row counts when the audit would
 call it lost (``observe.audit.behind``: pending, its lookup row still naming it, at a
 position the checkpoint has passed). Each is moved (``producer.repair.requeue``): same
 id and due time, a new position ahead of every cursor, so it fires within the late
@@ -60,6 +61,8 @@ RETRY_S = 5.0
 # and its move is re-checked just before the move (``requeue``), and a stop waits for
 # one chunk at most.
 CHUNK_BUCKETS = 64
+# A window waits this long at most for the other DCs' nodes to be back.
+PEERS_WAIT_S = 600.0
 
 
 class CatchUps:
@@ -99,6 +102,7 @@ class CatchUps:
                 continue
             if self._stop.wait(max(0.0, record["_at"] - time.monotonic())):
                 return
+            self._wait_for_peers()
             while not self._stop.is_set():
                 try:
                     self.catch_up(record)
@@ -120,6 +124,16 @@ class CatchUps:
                         log.error("catching up shard %s failed (%r); skipped", record.get("shard"), exc,
                                   extra={"action": "catch_up_failed"})
                     break
+
+    def _wait_for_peers(self) -> None:
+        """While nodes of another DC are down, their outcome marks (and rows) cannot
+        have reached this DC: reading now would count rows they fired as unfired. Wait
+        for them, ``PEERS_WAIT_S`` at most (a node dead for good must not stop every
+        catch-up)."""
+        give_up = time.monotonic() + PEERS_WAIT_S
+        while self.poller.core.store.peers_down() > 0 and time.monotonic() < give_up:
+            if self._stop.wait(1.0):
+                return
 
     def catch_up(self, record: dict[str, Any]) -> int | None:
         """Move the unfired rows of ``record``'s window ahead of the cursor, a chunk of
