@@ -36,6 +36,7 @@ version) is logged as an error and skipped, so it cannot hold up the others.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import queue
 import threading
@@ -52,10 +53,15 @@ from ..producer.repair import requeue
 
 log = logging.getLogger("scheduler.fleet")
 
+Pass = tuple[float, int, dict[str, Any], int, list[int]]
+
 # Before a window is read: what the other DC wrote while this one was away reaches it by
 # hinted hand-off within seconds of its return (Cassandra flushes hints every 10 s, then
 # sends them), and the fail-back itself waited the fail-over delay with this DC healthy.
 SETTLE_S = 15.0
+# Passes again this long after a window is handed over: a hint that was slow to arrive
+# (a backlog, a loaded node) lands behind the checkpoint after the first pass.
+AGAIN_S = (60.0, 150.0)
 RETRY_S = 5.0
 # Buckets read, then moved, at a time: a producer's cancel or move between a row's read
 # and its move is re-checked just before the move (``requeue``), and a stop waits for
@@ -66,26 +72,29 @@ PEERS_WAIT_S = 600.0
 
 
 class CatchUps:
-    """A thread that catches up the take-over windows handed to ``add``."""
+    """A thread that catches up the windows handed to ``add``: each one ``settle_s``
+    after it is handed over, and again ``again_s`` after (hints that arrived late)."""
 
     def __init__(self, poller: Poller, coord: Coordinator, *, settle_s: float = SETTLE_S,
-                 retry_s: float = RETRY_S) -> None:
+                 again_s: tuple[float, ...] = AGAIN_S, retry_s: float = RETRY_S) -> None:
         self.poller, self.coord = poller, coord
-        self.settle_s, self.retry_s = settle_s, retry_s
-        self._todo: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.passes_s = (settle_s, *again_s)
+        self.retry_s = retry_s
+        # (when, order, record, pass, moved so far): the earliest due first
+        self._todo: queue.PriorityQueue[Pass] = queue.PriorityQueue()
+        self._seq = itertools.count()
         self._stop = threading.Event()
         self._fault = FaultLog(log, "catching up a take-over window", action="catch_up")
         self._thread: threading.Thread | None = None
         self.moved = 0  # rows moved by this member's catch-ups, in all
 
     def add(self, records: list[dict[str, Any]]) -> None:
-        """Catch up these windows, each ``settle_s`` from now: records from
-        ``Coordinator.close_outages`` (marked caught up after), or windows without a
-        ``"node"`` (a cut link, ``PeerLinks``: nothing to mark). Starts the thread on
-        first use."""
-        at = time.monotonic() + self.settle_s
+        """Catch up these windows: records from ``Coordinator.close_outages`` (marked
+        caught up after each pass), or windows without a ``"node"`` (a cut link,
+        ``PeerLinks``: nothing to mark). Starts the thread on first use."""
+        now = time.monotonic()
         for record in records:
-            self._todo.put({**record, "_at": at})
+            self._todo.put((now + self.passes_s[0], next(self._seq), record, 0, [0]))
         if records and self._thread is None:
             self._thread = self.poller.core.start_thread("catch-up", self._loop)
 
@@ -97,33 +106,50 @@ class CatchUps:
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
-                record = self._todo.get(timeout=0.5)
+                at, _, record, n, total = self._todo.get(timeout=0.5)
             except queue.Empty:
                 continue
-            if self._stop.wait(max(0.0, record["_at"] - time.monotonic())):
-                return
+            if at > time.monotonic():  # not due yet: back, and look again soon
+                self._todo.put((at, next(self._seq), record, n, total))
+                self._stop.wait(min(0.5, at - time.monotonic()))
+                continue
             self._wait_for_peers()
-            while not self._stop.is_set():
-                try:
-                    self.catch_up(record)
-                    self._fault.ok()
-                    break
-                except (KeyError, TypeError, ValueError, OverflowError, InvalidInput) as exc:
-                    # A record without a window (written by hand, or not by this
-                    # version): trying again cannot help, and it must not hold up the
-                    # windows queued behind it.
-                    log.error("outage record %s holds no window this version reads (%s); skipped: "
-                              "audit its buckets by hand", str(record.get("node"))[:80], type(exc).__name__,
-                              extra={"action": "catch_up_record_unreadable"})
-                    break
-                except SchedulerError as exc:
-                    self._fault.failed(exc)
-                    self._stop.wait(self.retry_s)
-                except Exception as exc:  # the driver after a shutdown, or a bug: one line
-                    if not self._stop.is_set():
-                        log.error("catching up shard %s failed (%r); skipped", record.get("shard"), exc,
-                                  extra={"action": "catch_up_failed"})
-                    break
+            self._run(record, n, total)
+
+    def _run(self, record: dict[str, Any], n: int, total: list[int]) -> None:
+        """Pass ``n`` over ``record``'s window, retried while the store or ZooKeeper
+        fails; the record marked caught up (with the rows moved so far), and the next
+        pass queued. A member that stops between passes does not make the later ones:
+        what they would have found is left to the hourly audit."""
+        last = n == len(self.passes_s) - 1
+        while not self._stop.is_set():
+            try:
+                moved = self.catch_up(record)
+                if moved is None:
+                    return  # not ours now, or stopping: the next home claim does it
+                if record.get("node") is not None:
+                    self.coord.mark_caught_up(record, self.poller.clock.now_ms(), total[0] + moved)
+                total[0] += moved
+                if not last:
+                    at = time.monotonic() + self.passes_s[n + 1] - self.passes_s[n]
+                    self._todo.put((at, next(self._seq), record, n + 1, total))
+                self._fault.ok()
+                return
+            except (KeyError, TypeError, ValueError, OverflowError, InvalidInput) as exc:
+                # A record without a window (written by hand, or not by this version):
+                # trying again cannot help, and it must not hold up the others.
+                log.error("outage record %s holds no window this version reads (%s); skipped: "
+                          "audit its buckets by hand", str(record.get("node"))[:80], type(exc).__name__,
+                          extra={"action": "catch_up_record_unreadable"})
+                return
+            except SchedulerError as exc:
+                self._fault.failed(exc)
+                self._stop.wait(self.retry_s)
+            except Exception as exc:  # the driver after a shutdown, or a bug: one line
+                if not self._stop.is_set():
+                    log.error("catching up shard %s failed (%r); skipped", record.get("shard"), exc,
+                              extra={"action": "catch_up_failed"})
+                return
 
     def _wait_for_peers(self) -> None:
         """While nodes of another DC are down, their outcome marks (and rows) cannot
@@ -136,10 +162,10 @@ class CatchUps:
                 return
 
     def catch_up(self, record: dict[str, Any]) -> int | None:
-        """Move the unfired rows of ``record``'s window ahead of the cursor, a chunk of
-        buckets at a time, and mark the record caught up; how many moved. None, with
-        nothing marked, when the shard is not this member's (any more) or the worker
-        stops: the shard's next home claim hands the record out again. Only the owner
+        """One pass: move the unfired rows of ``record``'s window ahead of the cursor, a
+        chunk of buckets at a time; how many moved. None when the shard is not this
+        member's (any more) or the worker stops: the record is then not marked, and the
+        shard's next home claim hands it out again. Only the owner
         catches up, so two members never move the same row at once. Raises the store's
         or ZooKeeper's errors (then nothing is marked, and calling again is safe: a row
         moved already is not found again); ``KeyError``/``TypeError``/``ValueError``/
@@ -166,8 +192,6 @@ class CatchUps:
                 return None
             rows = behind(store, shard, lo, min(last, lo + (CHUNK_BUCKETS - 1) * width))
             moved += len(run_sync(store, requeue(producer, rows)))
-        if record.get("node") is not None:
-            self.coord.mark_caught_up(record, self.poller.clock.now_ms(), moved)
         self.moved += moved
         self.poller.metrics.caught_up.inc(moved)
         log.warning("caught up shard %d after %s: %d unfired rows moved ahead from buckets %d-%d",
