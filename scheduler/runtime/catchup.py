@@ -127,9 +127,9 @@ class CatchUps:
                 moved = self.catch_up(record)
                 if moved is None:
                     return  # not ours now, or stopping: the next home claim does it
+                total[0] += moved  # before the mark: its retry moves nothing and marks this
                 if record.get("node") is not None:
-                    self.coord.mark_caught_up(record, self.poller.clock.now_ms(), total[0] + moved)
-                total[0] += moved
+                    self.coord.mark_caught_up(record, self.poller.clock.now_ms(), total[0])
                 if not last:
                     at = time.monotonic() + self.passes_s[n + 1] - self.passes_s[n]
                     self._todo.put((at, next(self._seq), record, n + 1, total))
