@@ -38,7 +38,7 @@ from typing import Any
 from ..domain.keys import bucket_of_ms, from_ms
 from ..domain.model import Job, Status
 from ..store.base import ShardCheckpoint
-from ..store.roles import AuditReads, BucketReads
+from ..store.roles import AuditReads, BucketReads, JobReads
 
 HOUR_MS = 3_600_000
 DANGLING = "its lookup row points at no bucket row"
@@ -138,10 +138,7 @@ def audit(store: AuditReads, from_ms: int, to_ms: int,
         if seen is not None:
             seen.update(hash((r.job_id, r.bucket, r.shard, r.fire_ms)) for rows in found for r in rows)
         # The lookup rows of the whole chunk at once (the bucket rows say what fired).
-        ids = [r.job_id for rows in found for r in rows]
-        by_id: dict[str, Job] = {}
-        for k in range(0, len(ids), LOOKUP_IDS):
-            by_id.update(store.lookup_rows(ids[k:k + LOOKUP_IDS]))
+        by_id = lookup_rows(store, [r.job_id for rows in found for r in rows])
         for (bucket, shard), rows in zip(chunk, found, strict=True):
             report.partitions.append(_count(bucket, shard, rows, by_id, checkpoints.get(shard), width,
                                             report.violations, moved))
@@ -169,6 +166,15 @@ def dangling(store: BucketReads, lookups: Sequence[Job]) -> list[Violation]:
         for j, rows in zip(chunk, found, strict=True):
             if not any(r.job_id == j.job_id for r in rows):
                 out.append(Violation(j.bucket, j.shard, j.fire_ms, j.job_id, DANGLING))
+    return out
+
+
+def lookup_rows(store: JobReads, ids: Sequence[str]) -> dict[str, Job]:
+    """The lookup rows of ``ids`` as stored, ``LOOKUP_IDS`` per call. Read-only; raises
+    the store's errors."""
+    out: dict[str, Job] = {}
+    for k in range(0, len(ids), LOOKUP_IDS):
+        out.update(store.lookup_rows(ids[k:k + LOOKUP_IDS]))
     return out
 
 
@@ -215,9 +221,6 @@ def behind(store: AuditReads, shard: int, first_bucket: int, last_bucket: int) -
     for i in range(0, len(parts), PARTS_AT_ONCE):
         rows = [r for found in read_partitions(store, parts[i:i + PARTS_AT_ONCE]) for r in found
                 if r.fired_ms is None and passed(cp, r, width)]
-        by_id: dict[str, Job] = {}
-        ids = [r.job_id for r in rows]
-        for k in range(0, len(ids), LOOKUP_IDS):
-            by_id.update(store.lookup_rows(ids[k:k + LOOKUP_IDS]))
+        by_id = lookup_rows(store, [r.job_id for r in rows])
         out += [r for r in rows if classify(r, by_id.get(r.job_id)) == "pending"]
     return out

@@ -28,7 +28,7 @@ from ..domain.keys import bucket_of_ms, from_ms
 from ..domain.model import MAX_JOB_ID_BYTES, Job, refired_from
 from ..errors import InvalidInput
 from ..store.roles import RowReads
-from .audit import LOOKUP_IDS, PARTS_AT_ONCE, classify, read_partitions
+from .audit import PARTS_AT_ONCE, classify, lookup_rows, read_partitions
 
 PREFIX = "refire:"
 DEFAULT_LOOKBACK_S = 3600
@@ -80,9 +80,7 @@ def fired_in_window(store: RowReads, start_ms: int, end_ms: int, kind: str | Non
                 and r.kind and (kind is None or r.kind == kind)]
         # The lookup rows as stored, a chunk at once: the bucket rows in hand already say
         # they fired (get_many would read them again to derive that).
-        lookups: dict[str, Job] = {}
-        for k in range(0, len(hits), LOOKUP_IDS):
-            lookups.update(store.lookup_rows([r.job_id for r in hits[k:k + LOOKUP_IDS]]))
+        lookups = lookup_rows(store, [r.job_id for r in hits])
         for r in hits:
             now = lookups.get(r.job_id)
             # Fired here, not retired by a cancel, a dead letter or a move elsewhere.
