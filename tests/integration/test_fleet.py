@@ -121,6 +121,7 @@ def test_a_frozen_poller_is_fenced_and_fires_nothing_after_resuming(fleet_env):
     assert '"action": "zk_session_lost"' in log and '"action": "member_ended"' in log
 
 
+@pytest.mark.serial  # the ensemble's fixed ports: see tests/integration/test_ops.py
 def test_zookeeper_leader_dies_while_firing(cassandra_keyspace, tmp_path):
     ops = ROOT / "ops" / "zookeeper"
     subprocess.run([str(ops), "--nodes", "3", "start"], check=True, capture_output=True, timeout=120)

@@ -6,6 +6,12 @@ import socket
 import subprocess
 from pathlib import Path
 
+import pytest
+
+# These start the 3-node ZooKeeper ensemble on its fixed ports (127.0.0.1:2191-2193), as the
+# fleet's leader test does: ops/test runs them one at a time.
+pytestmark = pytest.mark.serial
+
 OPS = Path(__file__).parents[2] / "ops"
 
 

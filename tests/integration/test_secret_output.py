@@ -38,6 +38,10 @@ from tests.secure import (
     url_for,
 )
 
+# The secured stack is shared: these tests rotate its passwords and replace (even expire)
+# its certificate, so ops/test runs them one at a time, not beside other tests.
+pytestmark = pytest.mark.serial
+
 OPS = ROOT / "ops" / "secure-stack"
 
 

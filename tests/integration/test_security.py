@@ -29,6 +29,10 @@ from tests.handlers import read_records
 from tests.procs import ROOT, schedule, start_poller, stop_all, wait_until
 from tests.secure import CQL_PORT, ZK_PORT, create_keyspace, open_as, role_env, url_for
 
+# The secured stack is shared: these tests rotate its passwords and replace (even expire)
+# its certificate, so ops/test runs them one at a time, not beside other tests.
+pytestmark = pytest.mark.serial
+
 OPS = ROOT / "ops" / "secure-stack"
 
 
