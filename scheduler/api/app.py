@@ -35,9 +35,9 @@ from ..observe.metrics import ApiMetrics
 from ..observe.tracing import TraceparentMiddleware
 from ..producer.client import Client
 from . import openapi
-from .body import fields, parse_json, read_body
+from .body import MAX_BATCH_JOBS, fields, parse_json, read_body
 from .jobs import JobOps
-from .respond import ApiError, answer, error, refused, status_of
+from .respond import RETRY_AFTER_S, ApiError, answer, error, refused, status_of
 from .schedules import ScheduleOps
 from .tokens import NEEDED, Caller, Permission, Tokens
 
@@ -102,6 +102,10 @@ def build(client: Client, tokens: Tokens, metrics: ApiMetrics | None = None) -> 
             if status_of(exc) == 503:
                 noisy.warning("api request failed: the store did not answer", extra={
                     "action": "api_store_unavailable", "route": route, "error": str(exc)})
+                # The cause names files and node addresses: for the log, not for callers
+                # (/readyz answers anyone).
+                return error(503, f"the store did not answer: retry after {RETRY_AFTER_S} s (the API's "
+                                  "log has the cause)")
             return refused(exc)
         except Exception:  # a bug: the traceback goes to the log, one line to the caller
             log.exception("api request failed unexpectedly", extra={"action": "api_internal_error",
@@ -154,6 +158,10 @@ def build(client: Client, tokens: Tokens, metrics: ApiMetrics | None = None) -> 
         raws = body.get("jobs")
         if not isinstance(raws, list):
             raise InvalidInput('the body must be {"jobs": [job, ...]}')
+        if len(raws) > MAX_BATCH_JOBS:
+            # Each job's result is larger than the smallest job: without a cap, 1 MiB of
+            # empty objects would be answered with tens of MB of errors.
+            raise InvalidInput(f"{len(raws)} jobs in one batch; at most {MAX_BATCH_JOBS}: split it")
         return answer({"results": await run_in_threadpool(outcomes, raws)})
 
     async def get_job(request: Request, caller: Caller | None) -> Response:

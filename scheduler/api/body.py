@@ -24,6 +24,7 @@ from .respond import ApiError
 
 MAX_BODY_BYTES = 1024 * 1024
 MAX_DEPTH = 64
+MAX_BATCH_JOBS = 10_000  # jobs in one POST /v1/jobs/batch
 Message = MutableMapping[str, Any]
 
 
@@ -79,8 +80,10 @@ def parse_json(data: bytes, *, empty: Any = ...) -> Any:
     """The JSON value of a body; ``ApiError`` 400 for bytes that are not UTF-8, text that
     is not strict JSON, or nesting deeper than ``MAX_DEPTH``. An empty body is
     ``empty`` when given, else an error."""
-    if not data.strip() and empty is not ...:
-        return empty
+    if not data.strip():
+        if empty is not ...:
+            return empty
+        raise ApiError(400, "the body is empty: send a JSON object (see /openapi.json)")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

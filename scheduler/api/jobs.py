@@ -19,19 +19,18 @@ the job, as two racing ``Client.schedule`` calls would.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from ..domain.effects import Steps, call
-from ..domain.jobspec import JobSpec, spec_from_dict
+from ..domain.jobspec import JobSpec, canonical, spec_from_dict
 from ..domain.model import Job, Status
 from ..errors import InvalidInput
 from ..observe.tracing import producer_span
 from ..producer.client import Client
 from ..producer.jobview import JobView
 from .body import fields, json_type, time_field
-from .respond import ApiError
+from .respond import ApiError, as_fields
 
 # The fields of a job in POST /v1/jobs and /v1/jobs/batch (``jitter``: seconds, as in
 # ``scheduler load``).
@@ -54,14 +53,8 @@ class Outcome:
         if self.job is not None:
             out["job"] = JobView(self.job).to_dict()
         else:
-            out["error"] = self.error
+            out["error"] = None if self.error is None else as_fields(self.error)
         return out
-
-
-def canonical(data: bytes) -> str:
-    """A JSON payload's value as text that does not depend on its key order or spacing
-    (but does on ``1`` against ``1.0`` against ``true``); raises ``ValueError``."""
-    return json.dumps(json.loads(data), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def same_job(stored: Job, new: Job) -> bool:
@@ -159,9 +152,16 @@ class JobOps:
         return self.client.describe(job_id).to_dict()
 
     def reschedule(self, job_id: str, body: Any) -> dict[str, Any]:
-        """Move the job to ``body["at"]``; the job as ``get``. ``JobNotFound``."""
+        """Move the job to ``body["at"]``; the job as ``get``. ``JobNotFound``; 409 for a
+        dead job, which only the admin's replay arms again (with its attempts reset)."""
         at = time_field(fields(body, ("at",), "the body"), "at", required=True)
         assert at is not None  # required
+        # Client.reschedule re-arms a dead job too; over HTTP that would let the producer
+        # role do the admin's replay. A job that dies between this read and the move is
+        # re-armed: the same as a move that lands just before it dies.
+        if self.client.get(job_id).status is Status.DEAD:
+            raise ApiError(409, f"job {job_id!r} is dead: arm it again with POST /v1/dead/{{id}}/replay "
+                                "(admin role)")
         self.client.reschedule(job_id, at)
         return self.get(job_id)
 

@@ -81,7 +81,8 @@ ERRORS = {
     401: "no bearer token, or not one of SCHEDULER_API_TOKENS_FILE",
     403: "the token's role may not do this",
     404: "no such job or schedule",
-    409: "the id is taken by another job, or the schedule changed meanwhile",
+    409: "the id is taken by another job, the job is not in a state this allows, or the schedule "
+         "changed meanwhile",
     413: f"the body is larger than {MAX_BODY_BYTES} bytes",
     503: f"the store did not answer (Retry-After: {RETRY_AFTER_S}); the same request again is safe",
 }
@@ -135,8 +136,9 @@ def document() -> dict[str, Any]:
             WRITE, obj({"jobs": {"type": "array", "items": ref("JobInput")}}, ("jobs",)), "producer")},
         "/v1/jobs/{id}": {
             "get": op("Show one job", {200: job}, (400, 404, 503), role="reader", params=ID),
-            "patch": op("Move a job to a new due time (a fired, cancelled or dead job is armed again)",
-                        {200: job}, (*WRITE, 404), AT_BODY, "producer", ID),
+            "patch": op("Move a job to a new due time (a fired or cancelled job is armed again; 409 "
+                        "for a dead job, which the admin's replay arms)",
+                        {200: job}, (*WRITE, 404, 409), AT_BODY, "producer", ID),
             "delete": op("Cancel a pending job (a cancelled one answers the same; 409 for a job "
                          "that fired or is dead)", {200: job}, (400, 404, 409, 503), role="producer",
                          params=ID),

@@ -12,6 +12,7 @@ for (``status_of``).
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from starlette.responses import Response
@@ -41,6 +42,16 @@ class ApiError(Exception):
         self.headers = headers or {}
 
 
+# The producer's rules are shared with the CLI, whose messages name its flags
+# (``--every DURATION``): over HTTP they name the JSON field (``every``).
+_FLAG = re.compile(r"(?<![\w'\"-])--([a-z][a-z-]*)(?: [A-Z]{3,}\b)?")
+
+
+def as_fields(message: str) -> str:
+    """``message`` with each CLI flag (and its ``METAVAR``) written as the field's name."""
+    return _FLAG.sub(lambda m: m.group(1).replace("-", "_"), message)
+
+
 def one_line(message: str) -> str:
     """``message`` on one line (every run of whitespace becomes a space), at most
     ``MESSAGE_MAX`` characters."""
@@ -59,7 +70,7 @@ def error(status: int, message: str, headers: dict[str, str] | None = None) -> R
     """``{"error": "one line"}`` with ``status``; a 503 always carries ``Retry-After``."""
     if status == 503:
         headers = {"retry-after": str(RETRY_AFTER_S), **(headers or {})}
-    return answer({"error": one_line(message)}, status, headers)
+    return answer({"error": one_line(as_fields(message))}, status, headers)
 
 
 def status_of(exc: SchedulerError) -> int:

@@ -23,10 +23,12 @@ from .console import bind, check_tls, parse_address, serve
 # default is 10 s; a caller of an HTTP API is better served by a quick 503 it can retry).
 STORE_RETRY_S = 2.0
 
+DEFAULT_ADDRESS = "127.0.0.1:9480"
+
 
 @app.command()
 def api(
-    address: Annotated[str, typer.Option(help="Serve on HOST:PORT.")] = "127.0.0.1:9480",
+    address: Annotated[str, typer.Option(help="Serve on HOST:PORT.")] = DEFAULT_ADDRESS,
     tls_cert: Annotated[Path | None, typer.Option(
         help="Serve HTTPS with this PEM certificate (chain); needs --tls-key.")] = None,
     tls_key: Annotated[Path | None, typer.Option(help="The PEM private key of --tls-cert.")] = None,
@@ -50,7 +52,7 @@ def api(
         except ImportError as exc:
             raise ConfigError(f"the API needs its extra ({exc.name} is missing): "
                               "pip install 'scheduler[api]'") from None
-        host, port = parse_address(address)
+        host, port = parse_address(address, DEFAULT_ADDRESS)
         check_tls(tls_cert, tls_key)
         tokens = Tokens(api_tokens())
         sock = bind(host, port)

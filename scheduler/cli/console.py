@@ -123,14 +123,15 @@ def serve(asgi: Any, sock: socket.socket, tls_cert: Path | None, tls_key: Path |
         fail(f"{failure} (check --address and the TLS files)")
 
 
-def parse_address(address: str) -> tuple[str, int]:
+def parse_address(address: str, example: str = "127.0.0.1:9470") -> tuple[str, int]:
     """``HOST:PORT`` (``[::1]:PORT`` for IPv6) as (host without brackets, port). Raises
-    ``InvalidInput`` unless the port is a number of 0-65535 (0: the system picks one)."""
+    ``InvalidInput`` (naming ``example``, the command's default) unless the port is a
+    number of 0-65535 (0: the system picks one)."""
     host, _, port = address.rpartition(":")
     host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     if not host or not (port.isascii() and port.isdigit()) or int(port) > 65535:
         raise InvalidInput(f"--address {address!r} must look like HOST:PORT with a port of 0-65535, "
-                           "e.g. 127.0.0.1:9470")
+                           f"e.g. {example}")
     return host, int(port)
 
 

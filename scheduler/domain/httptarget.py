@@ -25,7 +25,7 @@ import hmac
 import json
 import re
 from dataclasses import dataclass
-from ipaddress import IPv4Address
+from ipaddress import IPv4Address, IPv6Address
 from urllib.parse import quote
 
 from ..errors import InvalidInput
@@ -48,7 +48,9 @@ RESERVED = frozenset({"host", "content-length", "transfer-encoding", "connection
 USER_AGENT = "scheduler-http-target"
 SIGNATURE_HEADER = "Scheduler-Signature"
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-_VALUE = re.compile(r"^[\t\x20-\x7e]*$")
+# RFC 9110's field-value: visible ASCII, with spaces and tabs only inside (a value that
+# starts or ends with one is refused by the HTTP library when the request is written).
+_VALUE = re.compile(r"^(?:[\x21-\x7e](?:[\t\x20-\x7e]*[\x21-\x7e])?)?$")
 _URL_CHARS = re.compile(r"^[\x21-\x7e]+$")
 # A job id goes in a header as it is when it is printable ASCII; the rest (and '%')
 # percent-encoded as UTF-8, as in a URL.
@@ -142,7 +144,8 @@ def check_headers(raw: object) -> tuple[tuple[str, str], ...]:
             raise InvalidInput(f"header {name}: the value must be text, not {type(value).__name__}")
         if len(value) > MAX_HEADER_VALUE_CHARS or not _VALUE.match(value):
             raise InvalidInput(f"header {name}: the value must be printable ASCII (no CR, LF or other "
-                               f"control character), at most {MAX_HEADER_VALUE_CHARS} characters")
+                               "control character, no space or tab at either end), at most "
+                               f"{MAX_HEADER_VALUE_CHARS} characters")
         size += len(name) + len(value)
         out.append((name, value))
     if size > MAX_HEADERS_CHARS:
@@ -190,11 +193,17 @@ def parse_target(payload: object) -> Target:
 def schedule_refusal(target: Target, allow: AllowList) -> str | None:
     """Why the guard refuses ``target`` before any name is resolved, or None: its host is
     a literal address the guard refuses, or a name under ``localhost``, which always means
-    the loopback (RFC 6761). Other names are checked once resolved, when the job runs."""
-    addr = target.literal
-    if addr is None and (target.host == "localhost" or target.host.endswith(".localhost")):
-        addr = IPv4Address("127.0.0.1")
-    why = None if addr is None else guard(target.host, target.port, addr, allow)
+    the loopback (RFC 6761): judged as both 127.0.0.1 and ::1. Other names are checked once
+    resolved, when the job runs."""
+    if target.literal is not None:
+        addrs: tuple[Address, ...] = (target.literal,)
+    elif target.host == "localhost" or target.host.endswith(".localhost"):
+        # Both loopbacks: a dual-stack host resolves the name to ::1 as well, and the
+        # check when the job runs refuses a target if any of its addresses is refused.
+        addrs = (IPv4Address("127.0.0.1"), IPv6Address("::1"))
+    else:
+        return None
+    why = next((w for a in addrs if (w := guard(target.host, target.port, a, allow)) is not None), None)
     if why is None:
         return None
     return (f"http target {host_port(target.host, target.port)} refused: {why} (an address off the public "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -43,14 +44,24 @@ def _finite(text: str) -> float:
     return value
 
 
+def _whole(text: str) -> int:
+    # A whole number beyond a double is refused as 1e400 is (other languages' readers
+    # could not hold it); the length test first keeps Python's own refusal (over 4,300
+    # digits, telling the caller to change a setting) and a slow int() out of reach.
+    value = int(text) if len(text) <= 320 else None
+    if value is None or abs(value) > sys.float_info.max:
+        raise ValueError(f"number {text[:40]}... ({len(text)} characters) is too large for a double")
+    return value
+
+
 def loads(text: str | bytes, what: str) -> Any:
     """The JSON value of ``text``; ``InvalidInput`` naming ``what`` for anything that is
     not strict JSON: a syntax error, ``NaN``/``Infinity`` (Python's json takes them,
     other languages' readers of the payload would not), a number too large for a double
-    (``1e400``: it would be written back as ``Infinity``), nesting too deep for the
-    parser, a number of more than 4,300 digits, bytes that are not UTF-8."""
+    (``1e400``: it would be written back as ``Infinity``; a whole number of over 309
+    digits), nesting too deep for the parser, bytes that are not UTF-8."""
     try:
-        return json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+        return json.loads(text, parse_constant=_no_constant, parse_float=_finite, parse_int=_whole)
     except RecursionError:
         raise InvalidInput(f"{what} is nested too deeply to read as JSON") from None
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
@@ -116,3 +127,10 @@ def spec_from_dict(raw: dict[str, Any], index: int) -> JobSpec:
     # id and kind are checked by Client.build, which names the job on error.
     return JobSpec(job_id=cast(str, job_id), due_at=due, kind=cast(str, raw.get("kind")),
                    payload=raw.get("payload"), jitter_s=jitter_s, priority=priority, key=key)
+
+
+def canonical(data: bytes) -> str:
+    """A JSON payload's value as text that does not depend on its key order or spacing
+    (but does on ``1`` against ``1.0`` against ``true``): how a payload sent again is
+    compared with the stored one. Raises ``ValueError`` (or ``RecursionError``)."""
+    return json.dumps(json.loads(data), sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -21,6 +21,7 @@ import contextlib
 import ssl
 import time
 
+import h11
 import httpx
 
 from ..domain.clock import Clock
@@ -118,6 +119,11 @@ class HttpTargets:
         except httpx.HTTPError as exc:
             detail = printable(str(exc))[:300] or "no detail"
             raise RetryLater(f"{type(exc).__name__}: {where}: {detail}") from None
+        except h11.LocalProtocolError:
+            # A request h11 will not write: no retry helps. Its text quotes the offending
+            # header value, which may be a credential: never copied into the error.
+            raise GiveUp(f"the request to {where} is not valid HTTP (a header or the method); "
+                         "fix the job's payload") from None
         finally:
             self.metrics.http_seconds.observe(time.perf_counter() - started)
             self.metrics.http_requests.labels(code_class(status)).inc()

@@ -14,12 +14,14 @@ API (``scheduler.recurring``, which changes them): it imports neither.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, NamedTuple
 
 from ..domain.flow import DEFAULT_PRIORITY
+from ..domain.jobspec import canonical
 from ..domain.keys import from_ms
 from ..domain.model import OCCURRENCE_PREFIX
 from ..domain.model import parse_occurrence as _parse
@@ -114,7 +116,14 @@ class Schedule:
             # Without --start an interval is anchored at its creation: not part of what
             # the caller defined.
             rule = s.rule if s.start_ms is not None else replace(s.rule, anchor_ms=0)
-            return replace(s, rule=rule, version=0, state=State.ACTIVE, created_ms=0, updated_ms=0)
+            payload = s.payload
+            if s.payload_json:
+                # A JSON payload is its value: the same keys in another order (as another
+                # language's encoder writes them) are the same definition.
+                with contextlib.suppress(ValueError, RecursionError):  # a poison row's: as stored
+                    payload = canonical(payload).encode()
+            return replace(s, rule=rule, payload=payload, version=0, state=State.ACTIVE, created_ms=0,
+                           updated_ms=0)
 
         return norm(self) == norm(other)
 

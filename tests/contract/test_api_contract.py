@@ -2,7 +2,7 @@
 client): every endpoint, every error code, every role's refusals, idempotency, a body
 over the limit, and the store made unreachable while the API runs (503 with
 Retry-After, then the same API answers again). The real process, over a socket and
-with TLS: tests/integration/test_api_process.py."""
+with TLS: tests/unit/test_api_cli.py."""
 
 from __future__ import annotations
 
@@ -179,7 +179,7 @@ BAD_JOBS = [
     (job(priority=10), "priority"),
     (job(priority=True), "priority"),
     (job(priority=5.0), "priority"),
-    (job(priority=10**400), "priority"),
+    (job(priority=10**400), "too large for a double"),
     (job(key=""), "key"),
     (job(key="k" * 257), "key"),
     (job(key=5), "key"),
@@ -205,7 +205,7 @@ BAD_BYTES = [
     (b"[" * 65 + b"]" * 65, "more than 64 deep"),
     (b"[" * 100_000, "nested too deeply"),
     (b'{"id": "j1", "at": "' + AT.encode() + b'", "kind": "k", "payload": ' + b"9" * 5000 + b"}", "JSON"),
-    (b"", "not valid JSON"),
+    (b"", "the body is empty"),
     (b'{"id": "j1",', "not valid JSON"),
     (b"\xef\xbb\xbf{}", "JSON"),
 ]
@@ -222,6 +222,10 @@ def test_a_body_over_1_mib_is_413_before_or_while_it_is_read(api: Api):
     big = {"jobs": [job(f"big{i}", payload="x" * 1000) for i in range(1100)]}
     one_error(api.call("producer", "POST", "/v1/jobs/batch", big), 413, "1 MiB")
     assert api.client.store.get_many(["big0"]) == {}
+    # Small, but too many: each job's answer would be larger than the job.
+    many = {"jobs": [job("many0")] + [{}] * 10_000}
+    one_error(api.call("producer", "POST", "/v1/jobs/batch", many), 400, "at most 10000")
+    assert api.client.store.get_many(["many0"]) == {}
     # Without a Content-Length (chunked), and with one over the limit. (How little is read
     # is checked on the parser alone, tests/unit/test_api_parts.py: this client sends all.)
     one_error(api.call("producer", "POST", "/v1/jobs", content=iter([b" " * 65536] * 17)), 413)
@@ -267,7 +271,8 @@ def test_every_role_is_refused_what_it_may_not_do_and_nothing_is_written(api: Ap
 
 
 def test_schedules_put_get_pause_resume_delete(api: Api):
-    body = {"kind": "report", "cron": "0 3 * * *", "tz": "Europe/Lisbon", "payload": {"a": 1}, "priority": 2}
+    body = {"kind": "report", "cron": "0 3 * * *", "tz": "Europe/Lisbon", "payload": {"a": 1, "b": [2]},
+            "priority": 2}
     created = api.call("admin", "PUT", "/v1/schedules/nightly", body)
     assert created.status_code == 201, created.text
     view = created.json()
@@ -275,6 +280,9 @@ def test_schedules_put_get_pause_resume_delete(api: Api):
     assert view["state"] == "active" and view["version"] == 1 and view["priority"] == 2
     same = api.call("admin", "PUT", "/v1/schedules/nightly", body)
     assert same.status_code == 200 and same.json()["version"] == 1
+    # The same payload with its keys in another order is the same definition.
+    reordered = api.call("admin", "PUT", "/v1/schedules/nightly", {**body, "payload": {"b": [2], "a": 1}})
+    assert reordered.status_code == 200 and reordered.json()["version"] == 1, reordered.text
     changed = api.call("admin", "PUT", "/v1/schedules/nightly", {"kind": "report", "every": 3600})
     assert changed.status_code == 200 and changed.json()["version"] == 2
     assert changed.json()["every_s"] == 3600 and changed.json()["cron"] is None
@@ -294,7 +302,7 @@ def test_schedules_put_get_pause_resume_delete(api: Api):
 BAD_SCHEDULES = [
     ({"every": "5m"}, "missing field 'kind'"),
     ({"kind": "k"}, "exactly one of"),
-    ({"kind": "k", "cron": "0 3 * * *", "every": "5m"}, "exactly one of"),
+    ({"kind": "k", "cron": "0 3 * * *", "every": "5m"}, "give exactly one of cron or every"),
     ({"kind": "k", "cron": "61 * * * *"}, "cron"),
     ({"kind": "k", "cron": 5}, "cron must be a string"),
     ({"kind": "k", "every": True}, "every must be a duration"),
@@ -308,7 +316,7 @@ BAD_SCHEDULES = [
     ({"kind": "k", "every": "5m", "start": "soon"}, "start"),
     ({"kind": "k", "every": "5m", "priority": "5"}, "priority"),
     ({"kind": "k", "every": "5m", "jitter": {}}, "jitter must be a duration"),
-    ({"kind": "k", "every": "5m", "catchup_window": -1}, "catchup-window"),
+    ({"kind": "k", "every": "5m", "catchup_window": -1}, "catchup_window"),
     ({"kind": "k", "every": "5m", "catchup_window": 10**30}, "ten years"),
     ({"kind": "k", "every": "5m", "jitter": 10**30}, "jitter"),
     ({"kind": "k", "every": "5m", "colour": "red"}, "unknown field(s) 'colour'"),
@@ -318,7 +326,9 @@ BAD_SCHEDULES = [
 
 def test_a_bad_schedule_is_400_and_nothing_is_written(api: Api):
     for body, says in BAD_SCHEDULES:
-        one_error(api.call("admin", "PUT", "/v1/schedules/s1", body), 400, says)
+        answered = api.call("admin", "PUT", "/v1/schedules/s1", body)
+        one_error(answered, 400, says)
+        assert "--" not in answered.json()["error"], "over HTTP a message names fields, not CLI flags"
         one_error(api.call("admin", "GET", "/v1/schedules/s1"), 404)
 
 
@@ -339,6 +349,10 @@ def test_dead_letters_are_listed_by_pages_and_replayed(api: Api):
     assert replayed.json()["replays"][0]["error"] == "HTTP 500 (1)"
     later = (LATER + timedelta(hours=1)).isoformat()
     at = api.call("admin", "POST", "/v1/dead/dead2/replay", {"at": later})
+    # A move would arm a dead job again: that is the admin's replay, not the producer's PATCH.
+    for role in ("producer", "admin"):
+        one_error(api.call(role, "PATCH", "/v1/jobs/dead4", {"at": later}), 409, "replay")
+    assert api.call("reader", "GET", "/v1/jobs/dead4").json()["status"] == "dead"
     assert at.json()["due_at"] == later
     one_error(api.call("admin", "POST", "/v1/dead/dead1/replay"), 404, "not in the dead letters")
     one_error(api.call("admin", "POST", "/v1/dead/dead3/replay", {"when": later}), 400, "unknown field")
@@ -398,7 +412,11 @@ def test_the_store_unreachable_while_the_api_runs_is_503_then_the_same_api_answe
         cut()
         one_error(api.call("producer", "POST", "/v1/jobs", job("during")), 503)
         one_error(api.call("reader", "GET", "/v1/jobs/before"), 503)
-        one_error(api.call(None, "GET", "/readyz"), 503)
+        ready = api.call(None, "GET", "/readyz")
+        one_error(ready, 503)
+        # Anyone may ask: the answer names no file, node or driver error.
+        assert ready.json() == {"error": "the store did not answer: retry after 2 s (the API's log has "
+                                         "the cause)"}, ready.text
         batch = api.call("producer", "POST", "/v1/jobs/batch", {"jobs": [job("during")]})
         one_error(batch, 503)
         assert api.call(None, "GET", "/healthz").status_code == 200, "the process itself is alive"

@@ -145,6 +145,9 @@ def test_a_payload_becomes_a_target():
     ({"url": "http://x.example/", "method": "TRACE"}, "not one of"),
     ({"url": "http://x.example/", "method": 1}, "not one of"),
     ({"url": "http://x.example/", "headers": {"X-A": "a\r\nX-Injected: 1"}}, "printable ASCII"),
+    ({"url": "http://x.example/", "headers": {"X-A": " lead"}}, "no space or tab at either end"),
+    ({"url": "http://x.example/", "headers": {"X-A": "trail\t"}}, "no space or tab at either end"),
+    ({"url": "http://x.example/", "headers": {"X-A": " "}}, "no space or tab at either end"),
     ({"url": "http://x.example/", "headers": {"Bad Name": "v"}}, "HTTP token"),
     ({"url": "http://x.example/", "headers": {"Host": "evil"}}, "set by the scheduler"),
     ({"url": "http://x.example/", "headers": {"Content-Length": "0"}}, "set by the scheduler"),
@@ -161,6 +164,17 @@ def test_a_bad_payload_is_refused_in_one_line_saying_what_is_wrong(payload, says
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("value", ["", "v", "a b", "a\tb", "Bearer sk_1", "~!"])
+def test_header_values_h11_writes_are_accepted(value):
+    import h11
+
+    target = parse_target({"url": "http://x.example/", "headers": {"X-A": value}})
+    # What the poller's connection pool hands to h11: it must write it, not raise.
+    conn = h11.Connection(h11.CLIENT)
+    conn.send(h11.Request(method="POST", target="/", headers=[("Host", "x.example"), *target.headers,
+                                                              ("Content-Length", "0")]))
+
+
 def test_literal_and_localhost_targets_are_refused_when_scheduled_unless_allowed():
     for url in ("http://127.0.0.1:8080/", "http://[::ffff:127.0.0.1]/", "http://169.254.169.254/latest",
                 "http://localhost/", "http://api.localhost./", "http://10.0.0.1/", "http://[::1]/"):
@@ -168,6 +182,12 @@ def test_literal_and_localhost_targets_are_refused_when_scheduled_unless_allowed
             check_schedulable({"url": url}, AllowList())
     check_schedulable({"url": "http://127.0.0.1:8080/"}, parse_allow("127.0.0.1:8080"))
     check_schedulable({"url": "http://localhost/"}, parse_allow("localhost"))
+    check_schedulable({"url": "http://localhost:8080/"}, parse_allow("127.0.0.1:8080,[::1]:8080"))
+    # A dual-stack host resolves localhost to ::1 too, which the check at run time would
+    # refuse: refused when scheduled instead of dead-lettered later.
+    for allow in ("127.0.0.1:8080", "127.0.0.0/8"):
+        with pytest.raises(InvalidInput, match=r"::1 \(loopback\) is refused"):
+            check_schedulable({"url": "http://localhost:8080/"}, parse_allow(allow))
     check_schedulable({"url": "http://8.8.8.8/"}, AllowList())
     check_schedulable({"url": "http://internal.example/"}, AllowList())  # a name: checked when it runs
 
