@@ -24,10 +24,11 @@ SELECT from_bucket, max(mark) FROM layout_marks GROUP BY from_bucket;
 -- name: insert_mark
 INSERT OR IGNORE INTO layout_marks (from_bucket, mark) VALUES (?, ?);
 
--- name: select_job
+-- name: select_jobs_in
+-- {marks}: one ? per id (at most ID_CHUNK of them).
 SELECT job_id, kind, payload, payload_json, due_at, fire_at, bucket, shard, status,
        attempts, fired_at, last_error, priority, key, traceparent
-FROM jobs WHERE job_id = ?;
+FROM jobs WHERE job_id IN ({marks});
 
 -- name: select_job_positions
 SELECT job_id, bucket, shard, fire_at FROM jobs WHERE bucket BETWEEN ? AND ?;

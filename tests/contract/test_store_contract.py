@@ -92,3 +92,13 @@ def test_insert_once_never_undoes_a_change(store: Store):
     rows = store.read_bucket(fired.bucket, 0, None, b + 60_000, 10)
     due = [(j.job_id, j.fire_ms) for j in rows if j.fired_ms is None]
     assert due == [("n", b + 1_003), ("r", b + 30_000)], "only the new one and the retry are left to fire"
+
+
+def test_get_many_reads_any_number_of_ids_with_repeats_and_missing_ones(store: Store):
+    jobs = [row(f"g{i}", T0_MS + i) for i in range(600)]
+    store.insert_once(jobs, T0_MS - 120_000)
+    asked = [f"g{i}" for i in range(0, 600, 2)] + ["g0", "missing", "g599", "g599"] * 3
+    got = store.get_many(asked)
+    assert set(got) == {f"g{i}" for i in range(0, 600, 2)} | {"g599"}
+    assert all(got[j].job_id == j and got[j].fire_ms == T0_MS + int(j[1:]) for j in got)
+    assert store.get_many([]) == {}

@@ -67,6 +67,8 @@ def _q(name: str) -> str:
 # How long a call waits for another process's hold on the file's lock before it fails
 # as StoreUnavailable (sqlite3's busy timeout).
 BUSY_TIMEOUT_S = 30.0
+# Ids per ``IN (...)`` read: under SQLite's old limit of 999 variables a statement.
+ID_CHUNK = 256
 
 
 class SqliteStore(SqliteReplays, SqliteSchedules, SqliteFlow, Store):
@@ -239,11 +241,14 @@ class SqliteStore(SqliteReplays, SqliteSchedules, SqliteFlow, Store):
     # --- jobs --------------------------------------------------------------------------
 
     def _job_rows(self, job_ids: Sequence[str]) -> dict[str, Job]:
+        # One statement per ID_CHUNK ids: a batch of 500 costs 2 reads rather than 500.
         out: dict[str, Job] = {}
-        for job_id in job_ids:
-            rows = self._all(_q("select_job"), (job_id,))
-            if rows:
-                out[job_id] = job_from_row(rows[0])
+        ids = list(dict.fromkeys(job_ids))
+        for i in range(0, len(ids), ID_CHUNK):
+            chunk = ids[i:i + ID_CHUNK]
+            for row in self._all(_q("select_jobs_in").format(marks=",".join("?" * len(chunk))), chunk):
+                job = job_from_row(row)
+                out[job.job_id] = job
         return out
 
     def lookup_positions(self, first_bucket: int, last_bucket: int) -> Iterator[tuple[str, int, int, int]]:
