@@ -53,7 +53,8 @@ class Outcome:
         if self.job is not None:
             out["job"] = JobView(self.job).to_dict()
         else:
-            out["error"] = None if self.error is None else as_fields(self.error)
+            refused = self.status == 400
+            out["error"] = as_fields(self.error) if refused and self.error else self.error
         return out
 
 
@@ -158,7 +159,9 @@ class JobOps:
         assert at is not None  # required
         # Client.reschedule re-arms a dead job too; over HTTP that would let the producer
         # role do the admin's replay. A job that dies between this read and the move is
-        # re-armed: the same as a move that lands just before it dies.
+        # armed again by the move, as if the move had come first; its dead letter then
+        # stays listed, but a replay refuses it (the job is no longer dead), so it cannot
+        # make the job fire twice.
         if self.client.get(job_id).status is Status.DEAD:
             raise ApiError(409, f"job {job_id!r} is dead: arm it again with POST /v1/dead/{{id}}/replay "
                                 "(admin role)")

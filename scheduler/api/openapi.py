@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .body import MAX_BODY_BYTES
+from .body import MAX_BATCH_JOBS, MAX_BODY_BYTES
 from .respond import RETRY_AFTER_S
 
 STR, INT, BOOL = {"type": "string"}, {"type": "integer"}, {"type": "boolean"}
@@ -133,7 +133,8 @@ def document() -> dict[str, Any]:
         "/v1/jobs/batch": {"post": op(
             "Schedule many jobs: one result each, in order", {200: ("a result per job", obj(
                 {"results": {"type": "array", "items": ref("BatchResult")}}, ("results",)))},
-            WRITE, obj({"jobs": {"type": "array", "items": ref("JobInput")}}, ("jobs",)), "producer")},
+            WRITE, obj({"jobs": {"type": "array", "items": ref("JobInput"), "maxItems": MAX_BATCH_JOBS}},
+                       ("jobs",)), "producer")},
         "/v1/jobs/{id}": {
             "get": op("Show one job", {200: job}, (400, 404, 503), role="reader", params=ID),
             "patch": op("Move a job to a new due time (a fired or cancelled job is armed again; 409 "

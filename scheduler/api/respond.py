@@ -43,12 +43,16 @@ class ApiError(Exception):
 
 
 # The producer's rules are shared with the CLI, whose messages name its flags
-# (``--every DURATION``): over HTTP they name the JSON field (``every``).
-_FLAG = re.compile(r"(?<![\w'\"-])--([a-z][a-z-]*)(?: [A-Z]{3,}\b)?")
+# (``--every DURATION``): over HTTP they name the JSON field (``every``). Only the flags
+# of fields the API takes, and only in a refusal's message (a 400), where they are the
+# rule's own words; a message can also quote input, which may hold the same text.
+_FLAG = re.compile(r"(?<![\w'\"/=?-])--(cron|every|tz|catchup-window|jitter|start|end|key|priority|"
+                   r"overlap|misfire|payload|kind|at)\b(?: (?:EXPR|DURATION)\b)?")
 
 
 def as_fields(message: str) -> str:
-    """``message`` with each CLI flag (and its ``METAVAR``) written as the field's name."""
+    """``message`` with each flag of an API field (and its metavar) written as the
+    field's name."""
     return _FLAG.sub(lambda m: m.group(1).replace("-", "_"), message)
 
 
@@ -70,7 +74,7 @@ def error(status: int, message: str, headers: dict[str, str] | None = None) -> R
     """``{"error": "one line"}`` with ``status``; a 503 always carries ``Retry-After``."""
     if status == 503:
         headers = {"retry-after": str(RETRY_AFTER_S), **(headers or {})}
-    return answer({"error": one_line(as_fields(message))}, status, headers)
+    return answer({"error": one_line(message)}, status, headers)
 
 
 def status_of(exc: SchedulerError) -> int:
@@ -86,4 +90,5 @@ def status_of(exc: SchedulerError) -> int:
 
 def refused(exc: SchedulerError) -> Response:
     """The error answer of a typed error."""
-    return error(status_of(exc), str(exc))
+    status = status_of(exc)
+    return error(status, as_fields(str(exc)) if status == 400 else str(exc))

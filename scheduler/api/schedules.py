@@ -15,7 +15,7 @@ from typing import Any
 
 from ..domain.keys import from_ms
 from ..domain.model import check_stored_id
-from ..errors import InvalidInput, ScheduleConflict, ScheduleNotFound
+from ..errors import InvalidInput, JobNotFound, ScheduleConflict, ScheduleNotFound
 from ..producer.client import Client
 from ..recurring.schedule import DEFAULT_CATCHUP_WINDOW_S
 from .body import fields, seconds_field, text_field, time_field
@@ -117,6 +117,9 @@ class ScheduleOps:
         at = None
         if body is not None:
             at = time_field(fields(body, ("at",), "the body"), "at")
-        self.client.replay_dead([job_id], at)
+        try:
+            self.client.replay_dead([job_id], at)
+        except JobNotFound:  # its message names the CLI's command
+            raise JobNotFound(f"not in the dead letters: {job_id!r} (GET /v1/dead lists them)") from None
         return self.client.describe(job_id).to_dict()
 

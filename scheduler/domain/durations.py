@@ -18,7 +18,7 @@ UNITS = {"s": 1, "m": 60, "h": 3_600, "d": 86_400}
 # Ten years: longer than any sensible flag, and far from float and int limits.
 MAX_S = 3_650 * 86_400
 SYNTAX = "{number} with s, m, h or d, or a bare number of seconds: e.g. 30s, 5m, 12h, 7d, 90"
-_DURATION = re.compile(r"^\s*(\d{1,12})(?:\.(\d{1,9}))?\s*([smhd]?)\s*$", re.ASCII)
+_DURATION = re.compile(r"^\s*(\d{1,12})(?:\.(\d{1,9}))?\s*([smhd]?)\s*\Z", re.ASCII)
 
 
 def _parse(text: object, what: str, fraction: bool) -> float:

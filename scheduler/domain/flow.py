@@ -36,10 +36,10 @@ MAX_LIMIT = 1_000_000_000
 # A rate below one per day is surely a typo ("1/d" is not a unit, "0.00001/h" is).
 MIN_RATE_PER_S = 1 / 86_400
 RATE_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
-_RATE_RE = re.compile(r"^\s*([^/\s]+)\s*/\s*([^/\s]*)\s*$")
+_RATE_RE = re.compile(r"^\s*([^/\s]+)\s*/\s*([^/\s]*)\s*\Z")
 # ASCII only: float() would also take "1_000", "nan" and other scripts' digits.
-_NUMBER_RE = re.compile(r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$", re.ASCII)
-_SIGNED_RE = re.compile(r"^\s*[+-]?[0-9]+\s*$", re.ASCII)
+_NUMBER_RE = re.compile(r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\Z", re.ASCII)
+_SIGNED_RE = re.compile(r"^\s*[+-]?[0-9]+\s*\Z", re.ASCII)
 # What a limit error says to do instead of a value out of range.
 _NO_LIMIT = "for no limit, `limits clear` the kind (and set again the limits to keep)"
 # Why a start was refused: by the kind's gate (pause, concurrency, rate) or the key's limit.

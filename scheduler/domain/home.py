@@ -25,7 +25,7 @@ import mmh3
 from ..errors import InvalidInput
 
 MAX_WEIGHT = 1000
-_DC_RE = re.compile(r"^[A-Za-z0-9_.-]{1,48}$")
+_DC_RE = re.compile(r"^[A-Za-z0-9_.-]{1,48}\Z")
 WEIGHTS_FORM = "DC=WEIGHT[,DC=WEIGHT...], e.g. dc1=1,dc2=1 (weights 0 to 1000, one above 0)"
 
 

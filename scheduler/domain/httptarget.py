@@ -47,11 +47,11 @@ RESERVED = frozenset({"host", "content-length", "transfer-encoding", "connection
                       "trailer", "upgrade", "proxy-connection"})
 USER_AGENT = "scheduler-http-target"
 SIGNATURE_HEADER = "Scheduler-Signature"
-_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")
 # RFC 9110's field-value: visible ASCII, with spaces and tabs only inside (a value that
 # starts or ends with one is refused by the HTTP library when the request is written).
-_VALUE = re.compile(r"^(?:[\x21-\x7e](?:[\t\x20-\x7e]*[\x21-\x7e])?)?$")
-_URL_CHARS = re.compile(r"^[\x21-\x7e]+$")
+_VALUE = re.compile(r"^(?:[\x21-\x7e](?:[\t\x20-\x7e]*[\x21-\x7e])?)?\Z")
+_URL_CHARS = re.compile(r"^[\x21-\x7e]+\Z")
 # A job id goes in a header as it is when it is printable ASCII; the rest (and '%')
 # percent-encoded as UTF-8, as in a URL.
 _ID_SAFE = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) != "%")

@@ -48,9 +48,12 @@ def _whole(text: str) -> int:
     # A whole number beyond a double is refused as 1e400 is (other languages' readers
     # could not hold it); the length test first keeps Python's own refusal (over 4,300
     # digits, telling the caller to change a setting) and a slow int() out of reach.
+    if len(text) < 300:  # far below a double's largest (about 1.8e308)
+        return int(text)
     value = int(text) if len(text) <= 320 else None
     if value is None or abs(value) > sys.float_info.max:
-        raise ValueError(f"number {text[:40]}... ({len(text)} characters) is too large for a double")
+        shown = text if len(text) <= 40 else f"{text[:40]}... ({len(text)} characters)"
+        raise ValueError(f"number {shown} is too large for a double")
     return value
 
 
@@ -58,8 +61,8 @@ def loads(text: str | bytes, what: str) -> Any:
     """The JSON value of ``text``; ``InvalidInput`` naming ``what`` for anything that is
     not strict JSON: a syntax error, ``NaN``/``Infinity`` (Python's json takes them,
     other languages' readers of the payload would not), a number too large for a double
-    (``1e400``: it would be written back as ``Infinity``; a whole number of over 309
-    digits), nesting too deep for the parser, bytes that are not UTF-8."""
+    (``1e400``: it would be written back as ``Infinity``; a whole number beyond a
+    double's largest), nesting too deep for the parser, bytes that are not UTF-8."""
     try:
         return json.loads(text, parse_constant=_no_constant, parse_float=_finite, parse_int=_whole)
     except RecursionError:

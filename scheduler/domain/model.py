@@ -24,7 +24,7 @@ OCCURRENCE_PREFIX = "recurring:"
 # The kind of a row that could not be read as a job: no producer can write it (it fails
 # KIND_RE), and the poller dead-letters it with the reason in ``last_error``.
 POISON_KIND = "!poison"
-KIND_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,63}$")
+KIND_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,63}\Z")
 
 
 class Status(StrEnum):
@@ -129,7 +129,7 @@ class Job(NamedTuple):
 
 
 # Ids of re-fired jobs (``scheduler refire``): refire:<from ms>-<to ms>:<old id>.
-REFIRE_RE = re.compile(r"^refire:(\d+)-(\d+):(.+)$", re.S)
+REFIRE_RE = re.compile(r"^refire:(\d+)-(\d+):(.+)\Z", re.S)
 
 
 def refired_from(job_id: str) -> str | None:

@@ -109,8 +109,8 @@ def refusal(addr: Address) -> str | None:
 # --- host names -------------------------------------------------------------------
 
 MAX_HOST_CHARS = 253
-_LABEL = re.compile(r"^[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?$")
-_NUMERIC = re.compile(r"^(?:0x[0-9a-f]*|[0-9]+)$")
+_LABEL = re.compile(r"^[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?\Z")
+_NUMERIC = re.compile(r"^(?:0x[0-9a-f]*|[0-9]+)\Z")
 
 
 def check_host(host: str) -> str:

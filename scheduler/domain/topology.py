@@ -14,8 +14,8 @@ from ..errors import ConfigError
 # A DC name as a snitch reports it (cassandra-rackdc.properties, a cloud region): ASCII
 # letters, digits, '_', '.', '-'. It ends up inside a CQL string literal, so nothing that
 # could close one is accepted.
-DC_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,48}$")
-_RF_RE = re.compile(r"^[1-9][0-9]{0,1}$")  # 1..99: more copies than that is a typo
+DC_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,48}\Z")
+_RF_RE = re.compile(r"^[1-9][0-9]{0,1}\Z")  # 1..99: more copies than that is a typo
 REPLICATION_FORMS = ("simple:RF (one DC, development), DC:RF[,DC:RF...] (e.g. dc1:2,dc2:1) "
                      "or nts:DC=RF[,DC=RF...]")
 

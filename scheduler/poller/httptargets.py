@@ -95,7 +95,11 @@ class HttpTargets:
             raise RetryLater("no signing secret: set SCHEDULER_HTTP_SIGNING_SECRET_FILE on the pollers "
                              "(every request of an http job is signed)")
         signature = sign(self.secret, self.clock.now_ms() // 1000, target.body)
-        url = self._url(target.url)
+        try:
+            url = self._url(target.url)
+        except httpx.InvalidURL:  # the payload's checks should have refused it: no retry helps
+            raise GiveUp("invalid http target: the url is not one the HTTP client can send; fix the "
+                         "job's payload") from None
         headers = [("Host", url.netloc.decode("ascii")),
                    *request_headers(target, job.job_id, job.attempt, signature, extra_headers)]
         if target.body or target.method in ("POST", "PUT", "PATCH"):

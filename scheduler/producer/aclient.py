@@ -31,6 +31,7 @@ from .client import ClientBase
 from .jobview import JobView, describe
 from .producer import Placeable
 from .recurring import RecurringOps
+from .replay import replay_dead
 
 T = TypeVar("T")
 # The most schedule() calls one group write holds (a schedule_many chunk).
@@ -169,7 +170,7 @@ class AsyncClient(ClientBase):
     async def replay_dead(self, job_ids: Sequence[str] | None = None,
                           at: datetime | None = None) -> list[Job]:
         """See ``Client.replay_dead``."""
-        return await self.run(self.producer.replay_dead(job_ids, at))
+        return await self.run(replay_dead(self.producer, job_ids, at))
 
     @property
     def recurring(self) -> AsyncRecurring:

@@ -31,6 +31,7 @@ from ..store.roles import Meta
 from .jobview import JobView, describe
 from .producer import MIN_TRIES, RETRY_S, Producer
 from .recurring import Recurring
+from .replay import replay_dead
 
 T = TypeVar("T")
 
@@ -229,7 +230,7 @@ class Client(ClientBase):
         their attempts reset, and remove them from the dead letters. Occurrences of
         recurring schedules are not replayed (their schedule goes on): "all" passes
         over them, and naming one raises ``InvalidInput``."""
-        return self.run(self.producer.replay_dead(job_ids, at))
+        return self.run(replay_dead(self.producer, job_ids, at))
 
     @property
     def recurring(self) -> Recurring:

@@ -31,7 +31,6 @@ from ..domain.jobspec import JobSpec, spec_from_dict
 from ..domain.keys import bucket_of_ms, jitter_ms, shard_key
 from ..domain.layout import Layout, Layouts, check_resize, mark_end_for
 from ..domain.model import (
-    OCCURRENCE_PREFIX,
     Job,
     Status,
     check_due,
@@ -52,7 +51,6 @@ from ..errors import (
     WriteTimeout,
 )
 from ..store import StoreMeta
-from ..store.base import DeadLetter
 from . import repair
 from .nudger import Nudger
 
@@ -313,6 +311,8 @@ class Producer:
         new = new.evolve(attempts=old.attempts, fired_ms=old.fired_ms, last_error=old.last_error)
         yield from self.ensure_marks([new])
         yield from self.retrying(lambda: call("move", old, new))
+        if old.status is Status.DEAD:  # armed again: no longer a dead letter to replay
+            yield from self.retrying(lambda: call("delete_dead_letter", job_id))
         if self.nudger is not None:
             if old.status is Status.PENDING:
                 yield from self.nudger.retire([old])
@@ -329,37 +329,6 @@ class Producer:
         if self.nudger is not None:
             yield from self.nudger.retire([job])
         return True
-
-    def replay_dead(self, job_ids: Sequence[str] | None, at: datetime | None) -> Steps[list[Job]]:
-        """See ``Client.replay_dead``."""
-        due_ms = self.clock.now_ms() if at is None else check_due(at)
-        letters: list[DeadLetter] = yield from call("dead_letters")
-        dead = {d.job_id: d for d in letters}
-        # An occurrence is not replayed: its schedule already wrote the next one, and the
-        # poller would skip an old occurrence as a misfire anyway. "All" passes them over;
-        # naming one is an error that says so.
-        if job_ids is None:
-            wanted = [j for j in dead if not j.startswith(OCCURRENCE_PREFIX)]
-        else:
-            wanted = list(dict.fromkeys(job_ids))  # an id named twice is replayed once
-            missing = [j for j in wanted if j not in dead]
-            if missing:
-                raise JobNotFound(f"not in the dead letters: {', '.join(missing[:5])} "
-                                  "(scheduler dead list shows them)")
-            for job_id in wanted:
-                check_job_id(job_id)
-        out = []
-        for job_id in wanted:
-            old = yield from self.get(job_id)
-            new = yield from self.place(job_id, old.kind, old.data, old.data_json, due_ms, 0,
-                                        old.priority, old.key, None, traceparent=old.traceparent)
-            # A pending job that has not fired since: no fired_at (its death's time is
-            # kept in the replay's record, with what the dead letter said).
-            new = new.evolve(attempts=0, fired_ms=None, last_error=old.last_error)
-            yield from self.ensure_marks([new])
-            yield from call("replay_dead_letter", old, new, dead[job_id], self.clock.now_ms())
-            out.append(new)
-        return out
 
     def get(self, job_id: str) -> Steps[Job]:
         """The stored job (an occurrence of a recurring schedule too); raises

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from scheduler import App, Client, Job, JobSpec
+from scheduler import App, Client, InvalidInput, Job, JobSpec
 from scheduler.domain.clock import FakeClock
+from scheduler.domain.model import Status
 from scheduler.poller.recorder import ERROR_CHARS, FAILURE_LINES
 from scheduler.store import SchemaOptions
 from tests.conftest import make_store
@@ -109,6 +110,29 @@ def test_a_job_named_twice_is_replayed_once(fstore, make_client):
     back = client.replay_dead(["d2", "d1", "d2", "d1"])
     assert [j.job_id for j in back] == ["d2", "d1"]
     assert len(client.describe("d1").replays) == 1 and len(client.describe("d2").replays) == 1
+
+
+def test_a_dead_job_moved_leaves_the_dead_letters_and_a_stale_letter_is_never_replayed(fstore, make_client):
+    clock = FakeClock(T0_MS)
+    client = make_client(fstore, clock=clock)
+    for job_id in ("d1", "d2", "d3"):
+        client.schedule(job_id, T0 + timedelta(seconds=5), "email", {"to": "a@example.com"})
+    poller = make_poller(fstore, clock, None, app=failing_app(max_attempts=1))
+    for job_id in ("d1", "d2", "d3"):
+        kill(poller, clock, job_id)
+    later = T0 + timedelta(hours=1)
+    client.reschedule("d1", later)
+    assert client.get("d1").status.value == "pending"
+    assert "d1" not in {d.job_id for d in client.dead_letters()}, "a dead job moved is armed again"
+    # A letter left behind by a job armed again after it died (a move that raced its
+    # death): replaying it would arm the job a second time.
+    job = client.get("d1")
+    fstore.record_dead(job.evolve(status=Status.DEAD), "boom", clock.now_ms())
+    fstore.move(client.get("d1"), job)  # the move lands after the death: pending again
+    assert client.get("d1").status.value == "pending"
+    with pytest.raises(InvalidInput, match="not dead"):
+        client.replay_dead(["d1"])
+    assert sorted(j.job_id for j in client.replay_dead()) == ["d2", "d3"], "all passes over d1"
 
 
 def test_a_replayed_job_has_no_fired_at_and_get_says_where_it_came_from(fstore, make_client):

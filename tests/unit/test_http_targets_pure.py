@@ -148,6 +148,10 @@ def test_a_payload_becomes_a_target():
     ({"url": "http://x.example/", "headers": {"X-A": " lead"}}, "no space or tab at either end"),
     ({"url": "http://x.example/", "headers": {"X-A": "trail\t"}}, "no space or tab at either end"),
     ({"url": "http://x.example/", "headers": {"X-A": " "}}, "no space or tab at either end"),
+    # A regex's $ matches before a final newline: every check must end at the very end.
+    ({"url": "http://x.example/", "headers": {"X-A": "v\n"}}, "printable ASCII"),
+    ({"url": "http://x.example/", "headers": {"X-A\n": "v"}}, "HTTP token"),
+    ({"url": "http://localhost\n"}, "control"),
     ({"url": "http://x.example/", "headers": {"Bad Name": "v"}}, "HTTP token"),
     ({"url": "http://x.example/", "headers": {"Host": "evil"}}, "set by the scheduler"),
     ({"url": "http://x.example/", "headers": {"Content-Length": "0"}}, "set by the scheduler"),

@@ -33,7 +33,7 @@ def test_job_id_limit_counts_utf8_bytes():
         check_job_id("é" * (MAX_JOB_ID_BYTES // 2 + 1))
 
 
-@pytest.mark.parametrize("bad", ["", "1abc", "has space", "x" * 65, None])
+@pytest.mark.parametrize("bad", ["", "1abc", "has space", "x" * 65, None, "email\n"])
 def test_bad_kinds(bad):
     with pytest.raises(InvalidInput, match="short identifier"):
         check_kind(bad)

@@ -16,7 +16,7 @@ from ...errors import ConfigError, PermissionDenied, SchedulerError, StoreUnavai
 # instead of one per key (the client's CPU per request, not the server, is the limit).
 READ_GROUP = 64
 
-KEYSPACE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,47}$")
+KEYSPACE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,47}\Z")
 DEFAULT_PORT = 9042
 
 
