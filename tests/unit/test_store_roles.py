@@ -131,6 +131,7 @@ def test_the_intersections_are_made_of_roles_only():
 EFFECT_MODULES: dict[str, tuple[type, ...]] = {
     "producer/producer.py": (Meta, JobReads, JobWrites, DeadLetters),
     "producer/repair.py": (BucketReads, JobWrites),
+    "producer/replay.py": (DeadLetters,),
     "producer/jobview.py": (JobReads, DeadLetters),
     "producer/nudger.py": (Checkpoints,),
     "producer/occurrences.py": (JobWrites,),
