@@ -326,9 +326,15 @@ def test_hostile_ids_run_no_script_when_every_action_is_clicked(console: Console
 
     # The audit page: run it, then re-fire its window.
     browser.get(console.url + "/audit")
-    browser.find_element(By.ID, "audit-button").click()
+    button = browser.find_element(By.ID, "audit-button")
+    button.click()
+    # The click starts a navigation: wait until the page it was made on is gone.
+    WebDriverWait(browser, 60).until(ec.staleness_of(button))
+    WebDriverWait(browser, 60).until(ec.presence_of_element_located((By.ID, "audit-button")))
     _untouched(browser, "audit run")
-    browser.find_element(By.ID, "refire-button").click()
+    refire = browser.find_elements(By.ID, "refire-button")
+    assert refire, ("no re-fire form on the audit page", browser.find_element(By.TAG_NAME, "body").text[:600])
+    refire[0].click()
     _confirm(browser, "Send again every job that fired in this window?")
     WebDriverWait(browser, 30).until(ec.presence_of_element_located((By.ID, "done")))
     assert browser.find_element(By.ID, "done").text.startswith("Re-fired ")
