@@ -328,9 +328,10 @@ def test_hostile_ids_run_no_script_when_every_action_is_clicked(console: Console
     browser.get(console.url + "/audit")
     button = browser.find_element(By.ID, "audit-button")
     button.click()
-    # The click starts a navigation: wait until the page it was made on is gone.
+    # The click starts a navigation: wait until the page it was made on is gone and the
+    # new one is whole (its re-fire form is its last element).
     WebDriverWait(browser, 60).until(ec.staleness_of(button))
-    WebDriverWait(browser, 60).until(ec.presence_of_element_located((By.ID, "audit-button")))
+    WebDriverWait(browser, 60).until(lambda b: b.execute_script("return document.readyState") == "complete")
     _untouched(browser, "audit run")
     refire = browser.find_elements(By.ID, "refire-button")
     assert refire, ("no re-fire form on the audit page", browser.find_element(By.TAG_NAME, "body").text[:600])
