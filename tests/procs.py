@@ -56,13 +56,26 @@ def stop_all(procs: list[subprocess.Popen[Any]], timeout: float = 30) -> None:
             p.wait()
 
 
-def wait_until(pred: Callable[[], bool], timeout: float, what: str) -> None:
+def wait_until(pred: Callable[[], bool], timeout: float, what: str,
+               explain: Callable[[], str] | None = None) -> None:
+    """Poll ``pred`` until it holds; on a timeout fail with ``what`` and, if given, what
+    ``explain`` says of the state then (what a failure on CI needs to be read)."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if pred():
             return
         time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out waiting for {what}" + (f"\n{explain()}" if explain else ""))
+
+
+def log_tail(path: Path, n: int = 30, levels: tuple[str, ...] = ("warning", "error")) -> str:
+    """The last ``n`` JSON log lines of ``path`` at these levels, for a failure message."""
+    if not path.exists():
+        return f"(no log at {path})"
+    lines = [raw for raw in path.read_text(errors="replace").splitlines()
+             if any(f'"level": "{lv}"' in raw or f'"level":"{lv}"' in raw for lv in levels)
+             or not raw.startswith("{")]
+    return "\n".join(lines[-n:])
 
 
 def schedule(client: Client, n: int, over_s: float, lead_s: float = 4.0, prefix: str = "p") -> dict[str, int]:

@@ -71,7 +71,7 @@ class LagExporter:
             if time.monotonic() - self._recurring_at >= self.recurring_interval_s:
                 recurring = self._read_recurring()
                 self._recurring_at = time.monotonic()
-        except SchedulerError:
+        except Exception:  # a store error, or a bug: either way the figures are stale now
             with self._lock:
                 self._up, self._errors = 0, self._errors + 1
             raise
@@ -150,11 +150,28 @@ class LagExporter:
                 failing = True
 
     def _loop(self) -> None:
+        """Refresh every interval until stopped. A failed refresh never ends the loop:
+        it is logged once per spell of failures (the error counter and ``up`` tell the
+        rest), and the first success after it is logged too."""
+        failing = False
         while not self._stop.wait(self.interval_s):
             try:
                 self.refresh()
             except SchedulerError as exc:
-                log.warning("refresh failed: %s", exc, extra={"action": "exporter_refresh_failed"})
+                if not failing:
+                    log.warning("refresh failed: %s; retrying every %.0f s", exc, self.interval_s,
+                                extra={"action": "exporter_refresh_failed"})
+                failing = True
+                continue
+            except Exception:  # a bug must not stop the metrics: up stays 0 until it passes
+                if not failing:
+                    log.exception("refresh failed unexpectedly; retrying every %.0f s", self.interval_s,
+                                  extra={"action": "exporter_refresh_failed"})
+                failing = True
+                continue
+            if failing:
+                log.info("refresh works again", extra={"action": "exporter_refresh_ok"})
+            failing = False
 
     # --- prometheus_client collector --------------------------------------------------
 

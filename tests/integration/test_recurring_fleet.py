@@ -11,12 +11,13 @@ import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
+from pathlib import Path
 
 from scheduler.domain.model import parse_occurrence
-from scheduler.recurring.schedule import Occurrence
+from scheduler.recurring.schedule import Occurrence, occurrence_id
 from tests.handlers import read_records
 from tests.integration.test_fleet import fleet_env, owned, poller, serving  # noqa: F401  (the fixture)
-from tests.procs import wait_until
+from tests.procs import log_tail, wait_until
 
 SCHEDULES = 50
 EVERY_MS = 5000
@@ -57,7 +58,17 @@ def test_fifty_schedules_three_pollers_and_a_kill_9(fleet_env):  # noqa: F811
         return sorted({o.nominal_ms for r in read_records(str(out))
                        if (o := _occ(r.job_id)) is not None and o.schedule_id == "s2" and o.version == 2})
 
-    wait_until(lambda: len(v2_fired()) >= 2, 60, "two occurrences of s2's new version")
+    def explain() -> str:
+        s2 = [(o.version, o.nominal_ms - start_ms, r.fired_ms - start_ms, r.pid)
+              for r in read_records(str(out)) if (o := _occ(r.job_id)) is not None and o.schedule_id == "s2"]
+        rows = [(j.job_id, j.status, j.due_ms - start_ms) for j in store.get_many(
+            [occurrence_id("s2", 2, start_ms + k * 10_000) for k in range(30)]).values()]
+        return (f"s2 fired (version, nominal, fired, pid; ms from start): {s2}\n"
+                f"s2 v2 rows: {rows}\nexit codes: {[p.poll() for p in procs]}, "
+                f"owners: {sorted((c.shard, c.owner) for c in store.checkpoints())}\n"
+                f"poller log:\n{log_tail(Path(f'{out}.log'))}")
+
+    wait_until(lambda: len(v2_fired()) >= 2, 60, "two occurrences of s2's new version", explain)
     cutoff = int(time.time() * 1000) - 6000  # every nominal time up to here must have fired
     changed = {"s0": paused_at, "s1": deleted_at, "s2": deleted_at}
     # A change supersedes what has not fired yet, and a chain that was on the killed poller

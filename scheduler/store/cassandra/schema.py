@@ -118,8 +118,11 @@ class CassandraSchema:
 
     def _read_meta(self) -> dict[str, str]:
         raw = self._read_meta_raw()
-        rows = list(self.session.execute(
-            queries.named("keyspace.cql")["select_schema_version"].replace("{keyspace}", self.keyspace)))
+        try:
+            rows = list(self.session.execute(
+                queries.named("keyspace.cql")["select_schema_version"].replace("{keyspace}", self.keyspace)))
+        except Exception as exc:  # the node went away between the two reads: a store error
+            raise translate(exc, "reading the schema version") from exc
         raw["schema_version"] = str(rows[0][0]) if rows else "0"
         return raw
 
