@@ -170,9 +170,16 @@ def fire_figures(n: int, per_round: list[dict[str, float]]) -> dict[str, Any]:
     def med(key: str, over: str | None = None) -> float:
         return statistics.median(r[key] / r[over] if over else r[key] for r in per_round)
 
+    def spread(key: str, over: str | None = None, digits: int = 0) -> list[float]:
+        """The lowest and highest round, next to the median: how far one round can be off."""
+        vals = [r[key] / r[over] if over else r[key] for r in per_round]
+        return [round(min(vals), digits or None), round(max(vals), digits or None)]
+
     ratio, rate = med("poller", "bare"), med("poller")
     return {"jobs": n, "rounds": len(per_round), "poller_jobs_per_s": round(rate),
-            "bare_loop_jobs_per_s": round(med("bare")), "ratio": round(ratio, 3),
+            "poller_jobs_per_s_spread": spread("poller"),
+            "bare_loop_jobs_per_s": round(med("bare")), "bare_loop_jobs_per_s_spread": spread("bare"),
+            "ratio": round(ratio, 3), "ratio_spread": spread("poller", "bare", 3),
             "ratio_is": "median of per-round ratios",
             "per_round": [{"poller": round(r["poller"]), "bare": round(r["bare"]),
                            "read_only": round(r["read_only"]), "ratio": round(r["poller"] / r["bare"], 3)}
@@ -182,7 +189,7 @@ def fire_figures(n: int, per_round: list[dict[str, float]]) -> dict[str, Any]:
             "ratio_vs_fast_bind_loop": round(med("poller", "fast"), 3),
             # The floor: the same reads with nothing recorded. 1 - bare/read-only is the
             # share of the bare loop's time spent writing fired_at.
-            "read_only_jobs_per_s": round(med("read_only")),
+            "read_only_jobs_per_s": round(med("read_only")), "read_only_jobs_per_s_spread": spread("read_only"),
             "ratio_poller_vs_read_only": round(med("poller", "read_only"), 3),
             "ratio_bare_vs_read_only": round(med("bare", "read_only"), 3),
             "goal": ">= 0.8 and >= 5000 jobs/s", "met": ratio >= 0.8 and rate >= 5000}

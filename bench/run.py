@@ -59,7 +59,7 @@ class Sizes:
     peer_near: int
     peer_window_s: float
     recurring_schedules: int
-    storage: tuple[int, int, int]  # jobs/s, retention s, minutes
+    storage: tuple[int, int, int, int | None]  # jobs/s, retention s, minutes, first snapshot s
     enqueue_async_jobs: int = 100_000
     due_now_s: int = 60
     sim_restarts: int = 1000  # fleetsim's rolling restart: how many of the 1,000 members
@@ -69,10 +69,10 @@ class Sizes:
     http_lateness_s: int = 20
 
 
-QUICK = Sizes(10_000, 2, 1_000_000, 50_000, 3, 10, 15, 8_000, 24, 100_000, 20.0, 10_000, (500, 30, 3),
+QUICK = Sizes(10_000, 2, 1_000_000, 30_000, 5, 10, 15, 8_000, 24, 100_000, 20.0, 10_000, storage_bench.QUICK,
               20_000, 15, 100, 100_000)
 FULL = Sizes(20_000, 3, 10_000_000, 100_000, 5, 30, 30, 24_000, 45, 1_000_000, 120.0, 100_000,
-             (1000, 120, 10))
+             storage_bench.FULL)
 
 
 def entry(value: float | None, unit: str, baseline: float | None, baseline_is: str, goal: str,

@@ -64,7 +64,8 @@ def test_fire_figures_report_the_read_only_floor_as_median_ratios():
     assert r["read_only_jobs_per_s"] == 30
     assert r["ratio_poller_vs_read_only"] == 0.3  # median of 0.25, 0.5, 0.3
     assert r["ratio_bare_vs_read_only"] == 0.5  # median of 0.5, 0.5, 0.333
-    assert r["ratio"] == 0.9
+    assert r["ratio"] == 0.9 and r["ratio_spread"] == [0.5, 1.0]
+    assert r["poller_jobs_per_s_spread"] == [9, 12] and r["read_only_jobs_per_s_spread"] == [24, 40]
     assert r["per_round"][0] == {"poller": 10, "bare": 20, "read_only": 40, "ratio": 0.5}
     assert r["met"] is False  # 10 jobs/s is far from 5,000
 
