@@ -189,7 +189,8 @@ def fire_figures(n: int, per_round: list[dict[str, float]]) -> dict[str, Any]:
             "ratio_vs_fast_bind_loop": round(med("poller", "fast"), 3),
             # The floor: the same reads with nothing recorded. 1 - bare/read-only is the
             # share of the bare loop's time spent writing fired_at.
-            "read_only_jobs_per_s": round(med("read_only")), "read_only_jobs_per_s_spread": spread("read_only"),
+            "read_only_jobs_per_s": round(med("read_only")),
+            "read_only_jobs_per_s_spread": spread("read_only"),
             "ratio_poller_vs_read_only": round(med("poller", "read_only"), 3),
             "ratio_bare_vs_read_only": round(med("bare", "read_only"), 3),
             "goal": ">= 0.8 and >= 5000 jobs/s", "met": ratio >= 0.8 and rate >= 5000}

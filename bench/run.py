@@ -69,8 +69,8 @@ class Sizes:
     http_lateness_s: int = 20
 
 
-QUICK = Sizes(10_000, 2, 1_000_000, 30_000, 5, 10, 15, 8_000, 24, 100_000, 20.0, 10_000, storage_bench.QUICK,
-              20_000, 15, 100, 100_000)
+QUICK = Sizes(10_000, 2, 500_000, 30_000, 5, 10, 10, 8_000, 24, 50_000, 10.0, 10_000, storage_bench.QUICK,
+              20_000, 10, 100, 100_000, due_now_cli_batches=10, http_jobs=10_000, http_lateness_s=10)
 FULL = Sizes(20_000, 3, 10_000_000, 100_000, 5, 30, 30, 24_000, 45, 1_000_000, 120.0, 100_000,
              storage_bench.FULL)
 
@@ -227,14 +227,15 @@ def run_all(args: argparse.Namespace, sizes: Sizes) -> tuple[dict[str, Any], dic
                      r["limit_per_s"], "the kind's rate limit", r["goal"], r["met"], r, ratio=r["ratio"])
 
     def flow_overhead() -> dict[str, Any]:
-        r = flow_bench.flow_control_overhead(args.host, jobs=20_000 if args.quick else 60_000,
+        r = flow_bench.flow_control_overhead(args.host, jobs=12_000 if args.quick else 60_000,
                                              rounds=3 if args.quick else 6)
         return entry(r["limited_jobs_per_cpu_s"], "jobs/CPU-s (limits set that should not bind)",
                      r["unlimited_jobs_per_cpu_s"], "the same firing with no limits", r["goal"], r["met"], r,
                      ratio=r["ratio"])
 
     def key_fairness() -> dict[str, Any]:
-        r = flow_bench.key_fairness(args.host)
+        r = (flow_bench.key_fairness(args.host, big=2500, spread_s=5.0) if args.quick
+             else flow_bench.key_fairness(args.host))
         return entry(r["p99_ms"], f"ms (p99 lateness of a small key beside a {r['big_key_jobs']:,}-job key)",
                      r["baseline_p99_ms"], "the same small-key jobs with no large key", r["goal"],
                      r["met"], r, ratio=r["ratio"])
