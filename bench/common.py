@@ -124,3 +124,56 @@ def report(result: dict[str, Any], as_json: bool) -> None:
     else:
         for key, value in result.items():
             print(f"{key:>22}: {value}")
+
+
+def server_cpu_s(comm: str, marker: str = "") -> float:
+    """CPU seconds used so far by every process named ``comm`` whose command line holds
+    ``marker`` (``java`` and ``CassandraDaemon`` for Cassandra, not ZooKeeper's java;
+    ``postgres`` for PostgreSQL), children included: a Postgres backend that has exited
+    is counted in its parent's (the postmaster's) children time, a live one in its own.
+    Linux only (``/proc``); 0 where nothing matches. A difference of two readings is the
+    server's share of the work between them, whatever else it did meanwhile included."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "comm").read_text().strip() != comm:
+                continue
+            if marker and marker.encode() not in (entry / "cmdline").read_bytes():
+                continue
+            stat = (entry / "stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        # Fields after the command's closing parenthesis: utime, stime, cutime, cstime are
+        # the 14th to the 17th of the whole line (the 12th to the 15th after it).
+        fields = stat.rsplit(")", 1)[1].split()
+        total += sum(int(v) for v in fields[11:15])
+    return total / tick
+
+
+def own_cpu_s() -> float:
+    """CPU seconds of this process, every thread."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def cassandra_cpu_s() -> float:
+    return server_cpu_s("java", "CassandraDaemon")
+
+
+def postgres_cpu_s() -> float:
+    return server_cpu_s("postgres")
+
+
+def entry(value: float | None, unit: str, baseline: float | None, baseline_is: str, goal: str,
+          met: bool | None, details: dict[str, Any], ratio: float | None = None) -> dict[str, Any]:
+    if ratio is None and value is not None and baseline:
+        ratio = value / baseline
+    return {"value": value, "unit": unit, "baseline": baseline, "baseline_is": baseline_is,
+            "ratio": None if ratio is None else round(ratio, 3), "goal": goal, "met": met,
+            "details": details}
+

@@ -39,7 +39,8 @@ from bench import recurring as recurring_bench
 from bench import storage as storage_bench
 from bench import tracing as tracing_bench
 from bench import zkmodel as zkmodel_bench
-from bench.common import driver, drop, fresh_store, settle
+from bench.backlog import backlog_steps
+from bench.common import driver, drop, entry, fresh_store, settle
 from bench.render import markdown, plots
 
 SHARDS = poller_bench.SHARDS
@@ -74,14 +75,6 @@ QUICK = Sizes(10_000, 2, 500_000, 30_000, 5, 10, 10, 8_000, 24, 50_000, 10.0, 10
 FULL = Sizes(20_000, 3, 10_000_000, 100_000, 5, 30, 30, 24_000, 45, 1_000_000, 120.0, 100_000,
              storage_bench.FULL)
 
-
-def entry(value: float | None, unit: str, baseline: float | None, baseline_is: str, goal: str,
-          met: bool | None, details: dict[str, Any], ratio: float | None = None) -> dict[str, Any]:
-    if ratio is None and value is not None and baseline:
-        ratio = value / baseline
-    return {"value": value, "unit": unit, "baseline": baseline, "baseline_is": baseline_is,
-            "ratio": None if ratio is None else round(ratio, 3), "goal": goal, "met": met,
-            "details": details}
 
 
 def versions(host: str, zk: str, pg_url: str) -> dict[str, str]:
@@ -269,9 +262,9 @@ def run_all(args: argparse.Namespace, sizes: Sizes) -> tuple[dict[str, Any], dic
 
     step("tracing_off_overhead", tracing_overhead)
 
-    backlog_keys = {"poll_cost_backlog", "poller_rss_backlog", "peer_postgres"}
+    backlog_keys = {"poll_cost_backlog", "poller_rss_backlog", "peer_postgres", "cpu_per_job"}
     if not args.only or backlog_keys & args.only:
-        _backlog_steps(args, sizes, series, step)
+        backlog_steps(args, sizes, series, step, results)
 
     def scaling() -> dict[str, Any]:
         r = fleet_bench.fleet_scaling(args.host, args.zk, sizes.fleet_jobs, tmp)
@@ -323,43 +316,6 @@ def run_all(args: argparse.Namespace, sizes: Sizes) -> tuple[dict[str, Any], dic
         step("capacity_model_error", capacity_model)
     return results, series
 
-
-def _backlog_steps(args: argparse.Namespace, sizes: Sizes, series: dict[str, Any],
-                   step: Callable[[str, Callable[[], dict[str, Any]]], None]) -> None:
-    """The steps that need the far-future backlog (loaded once, dropped after)."""
-    # One store holds the far-future backlog for poll cost, RSS and the peer's far set.
-    empty = fresh_store(args.host, "bench_empty", SHARDS)
-    full = fresh_store(args.host, "bench_backlog", SHARDS)
-    print(f"[bench] loading {sizes.backlog:,} far-future jobs ...", file=sys.stderr, flush=True)
-    load_rate = poller_bench.load_backlog(full, sizes.backlog)
-    try:
-        def poll_cost() -> dict[str, Any]:
-            r = poller_bench.poll_cost(empty, full, 200)
-            return entry(r["poll_ms_with_backlog"], "ms per poll of 16 shards", r["poll_ms_empty_store"],
-                         "the same poll with nothing stored", "ratio <= 1.2", r["met"],
-                         {**r, "backlog": sizes.backlog, "backlog_load_rows_per_s": round(load_rate)})
-
-        def rss() -> dict[str, Any]:
-            r = poller_bench.rss(empty.url, full.url, sizes.rss_s)
-            return entry(r["rss_mb_with_backlog"], "MB", r["rss_mb_empty_store"],
-                         "the same poller with nothing stored", "< 200 MB", r["met"],
-                         {**r, "backlog": sizes.backlog})
-
-        def peer() -> dict[str, Any]:
-            r = peer_bench.peer_postgres(args.host, args.pg, sizes.backlog, sizes.peer_near,
-                                         sizes.peer_window_s, store_with_backlog=full,
-                                         samples=series["peer"])
-            ours, pg = r["scheduler_drain"], r["postgres_drain"]
-            return entry(ours["fire_jobs_per_s"], "jobs/s (capacity)", pg["fire_jobs_per_s"],
-                         "the Postgres SKIP LOCKED design, same workload", "reported", None, r)
-
-        step("poll_cost_backlog", poll_cost)
-        step("poller_rss_backlog", rss)
-        step("peer_postgres", peer)
-    finally:
-        for st in (empty, full):
-            drop(st)
-            st.close()
 
 
 def main() -> None:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from bench.common import entry
 from bench.flow import max_in_window, rate_figures
 from bench.render import markdown
-from bench.run import QUICK, entry
+from bench.run import QUICK
 
 
 def test_max_in_window_is_half_open():

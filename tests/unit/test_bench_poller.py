@@ -7,11 +7,11 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench.common import driver
+from bench.common import driver, entry
 from bench.fire import fire_figures
 from bench.poller import LATENESS_GRACE_S, lateness_figures, lateness_window
 from bench.render import markdown
-from bench.run import QUICK, entry
+from bench.run import QUICK
 
 
 @given(now_s=st.floats(min_value=1.7e9, max_value=1.9e9), seconds=st.integers(min_value=1, max_value=120),

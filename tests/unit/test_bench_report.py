@@ -3,8 +3,9 @@ stable key, and the markdown renders from report.json alone."""
 
 from __future__ import annotations
 
+from bench.common import entry
 from bench.render import markdown
-from bench.run import FULL, QUICK, entry
+from bench.run import FULL, QUICK
 
 KEYS = ["enqueue", "enqueue_async", "api_enqueue", "lateness_due_now", "fire_throughput", "async_handlers",
         "recurring", "storage_steady_state", "poll_cost_backlog", "poller_rss_backlog", "lateness",
