@@ -65,7 +65,13 @@ def wait_until(pred: Callable[[], bool], timeout: float, what: str,
         if pred():
             return
         time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}" + (f"\n{explain()}" if explain else ""))
+    said = ""
+    if explain is not None:
+        try:
+            said = f"\n{explain()}"
+        except Exception as exc:  # the timeout is the failure; an explanation that fails must not hide it
+            said = f"\n(explaining failed: {type(exc).__name__}: {exc})"
+    raise AssertionError(f"timed out waiting for {what}{said}")
 
 
 def log_tail(path: Path, n: int = 30, levels: tuple[str, ...] = ("warning", "error")) -> str:

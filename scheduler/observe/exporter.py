@@ -32,6 +32,33 @@ from .metrics import add_process_metrics
 log = logging.getLogger("scheduler.exporter")
 
 
+class Spell:
+    """A loop's failures, logged once per spell of failures and per kind (a store error,
+    or an unexpected exception's type, with its traceback: a bug that starts during a
+    store outage is still seen), and the spell's end once. The loop's error counter
+    tells how many there were."""
+
+    def __init__(self, what: str, action: str, ok_action: str) -> None:
+        self.what, self.action, self.ok_action = what, action, ok_action
+        self._seen: set[str] = set()
+
+    def failed(self, exc: BaseException) -> None:
+        kind = "store" if isinstance(exc, SchedulerError) else type(exc).__name__
+        if kind in self._seen:
+            return
+        self._seen.add(kind)
+        if isinstance(exc, SchedulerError):
+            log.warning("%s failed: %s", self.what, exc, extra={"action": self.action})
+        else:
+            log.error("%s failed unexpectedly (%s)", self.what, kind, exc_info=exc,
+                      extra={"action": self.action})
+
+    def ok(self) -> None:
+        if self._seen:
+            log.info("%s works again", self.what, extra={"action": self.ok_action})
+            self._seen.clear()
+
+
 class LagExporter:
     def __init__(self, store: ExporterReads, clock: Clock,
                  fleet: Callable[[], FleetSnapshot | None] = lambda: None,
@@ -57,24 +84,36 @@ class LagExporter:
         self._recurring_at = -1e9
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._fleet_spell = Spell("reading the fleet", "exporter_fleet_failed", "exporter_fleet_ok")
+        self._recurring_spell = Spell("reading the schedules", "exporter_recurring_failed",
+                                      "exporter_recurring_ok")
         self.registry.register(self)
 
     def refresh(self) -> None:
-        """Read everything once. Raises the ``SchedulerError`` of a failed read after
-        recording it (``up`` 0, error counter); the previous figures stay."""
+        """Read everything once. A failed lag read raises its exception (the store's
+        ``SchedulerError``, or any other) after recording it (``up`` 0, error counter);
+        the previous figures stay. A failed fleet or schedules read only counts an error
+        and keeps going: lag is read without them (owners from the checkpoints, the
+        previous schedule counts)."""
         t0 = time.monotonic()
         try:
             fleet = self._fleet_or_none()
             rows = lag_report(self.store, self.clock.now_ms(), fleet)
             shard_count = self.store.layouts().latest.shard_count
-            recurring = self._recurring
-            if time.monotonic() - self._recurring_at >= self.recurring_interval_s:
-                recurring = self._read_recurring()
-                self._recurring_at = time.monotonic()
         except Exception:  # a store error, or a bug: either way the figures are stale now
             with self._lock:
                 self._up, self._errors = 0, self._errors + 1
             raise
+        recurring = self._recurring
+        if time.monotonic() - self._recurring_at >= self.recurring_interval_s:
+            self._recurring_at = time.monotonic()  # failed or not: the next try is an interval on
+            try:
+                recurring = self._read_recurring()
+                self._recurring_spell.ok()
+            except Exception as exc:
+                self._recurring_spell.failed(exc)
+                with self._lock:
+                    self._errors += 1
         with self._lock:
             self._rows, self._shard_count, self._up = rows, shard_count, 1
             self._recurring = recurring
@@ -95,22 +134,25 @@ class LagExporter:
 
     def _fleet_or_none(self) -> FleetSnapshot | None:
         try:
-            return self.read_fleet()
-        except SchedulerError as exc:
+            fleet = self.read_fleet()
+        except Exception as exc:
             # Owners then come from the checkpoints' owner column; lag is unaffected.
-            log.warning("cannot read the fleet: %s", exc, extra={"action": "exporter_fleet_failed"})
+            self._fleet_spell.failed(exc)
             with self._lock:
                 self._errors += 1
             return None
+        self._fleet_spell.ok()
+        return fleet
 
     def run_audit(self) -> AuditReport:
         """Audit the last closed hour once and keep the result for the metrics. Raises
-        the store's ``SchedulerError`` after counting it; the previous result stays."""
+        the store's ``SchedulerError`` (or any other exception) after counting it; the
+        previous result stays."""
         t0 = time.monotonic()
         start, end = last_closed_hour(self.clock.now_ms())
         try:
             report = audit(self.store, start, end)
-        except SchedulerError:
+        except Exception:
             with self._lock:
                 self._audit_errors += 1
             raise
@@ -136,42 +178,30 @@ class LagExporter:
             thread.join(timeout=30)
 
     def _audit_loop(self) -> None:
+        """Audit every interval until stopped; a failed audit never ends the loop."""
         assert self.audit_interval_s
-        failing = False
+        spell = Spell("audit", "audit_failed", "audit_ok")
         wait = 0.0  # the first audit at start, the next ones every interval
         while not self._stop.wait(wait):
             wait = self.audit_interval_s
             try:
                 self.run_audit()
-                failing = False
-            except SchedulerError as exc:
-                if not failing:  # once per outage; the error counter tells the rest
-                    log.warning("audit failed: %s", exc, extra={"action": "audit_failed"})
-                failing = True
+            except Exception as exc:  # the error counter tells the rest
+                spell.failed(exc)
+                continue
+            spell.ok()
 
     def _loop(self) -> None:
         """Refresh every interval until stopped. A failed refresh never ends the loop:
-        it is logged once per spell of failures (the error counter and ``up`` tell the
-        rest), and the first success after it is logged too."""
-        failing = False
+        ``up`` is 0 and the error counter grows until one passes."""
+        spell = Spell("refresh", "exporter_refresh_failed", "exporter_refresh_ok")
         while not self._stop.wait(self.interval_s):
             try:
                 self.refresh()
-            except SchedulerError as exc:
-                if not failing:
-                    log.warning("refresh failed: %s; retrying every %.0f s", exc, self.interval_s,
-                                extra={"action": "exporter_refresh_failed"})
-                failing = True
+            except Exception as exc:
+                spell.failed(exc)
                 continue
-            except Exception:  # a bug must not stop the metrics: up stays 0 until it passes
-                if not failing:
-                    log.exception("refresh failed unexpectedly; retrying every %.0f s", self.interval_s,
-                                  extra={"action": "exporter_refresh_failed"})
-                failing = True
-                continue
-            if failing:
-                log.info("refresh works again", extra={"action": "exporter_refresh_ok"})
-            failing = False
+            spell.ok()
 
     # --- prometheus_client collector --------------------------------------------------
 

@@ -84,3 +84,17 @@ def test_the_report_names_the_driver_build_and_the_read_only_loop():
     text = markdown(report)
     assert "Cython row parser **off**" in text
     assert "40,000 jobs/s (poller / read-only 0.4, read-and-record / read-only 0.6)" in text
+
+
+def test_server_cpu_counts_a_named_process_and_nothing_for_an_unknown_name():
+    from pathlib import Path
+
+    from bench.common import own_cpu_s, server_cpu_s
+
+    sum(i * i for i in range(200_000))  # some CPU of our own to find
+    comm = Path("/proc/self/comm").read_text().strip()
+    mine = own_cpu_s()
+    # Every process of our name, this one included (its children too, none here).
+    assert server_cpu_s(comm) >= mine - 0.05
+    assert server_cpu_s(comm, marker="no-such-marker-\x01") == 0
+    assert server_cpu_s("no-such-process-name") == 0

@@ -235,9 +235,10 @@ class CassandraStore(CassandraAsync, CassandraSchema, CassandraFiring, Cassandra
         try:
             results = execute_concurrent(self.session, items, concurrency=self.concurrency,
                                          raise_on_first_error=True, results_generator=False)
+            # Inside the try: a result past its first page fetches the next one here.
+            return [list(rows or ()) for _ok, rows in results]
         except Exception as exc:
             raise translate(exc, what) from exc
-        return [list(rows or ()) for _ok, rows in results]
 
     def _batch_statement(self, items: list[tuple[str, tuple[Any, ...]]]) -> Any:
         from cassandra.query import BatchStatement, BatchType
