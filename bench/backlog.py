@@ -16,7 +16,7 @@ from bench.common import drop, entry, fresh_store
 SHARDS = poller_bench.SHARDS
 
 def backlog_steps(args: argparse.Namespace, sizes: Any, series: dict[str, Any],
-                  step: Callable[[str, Callable[[], dict[str, Any]]], None], results: dict[str, Any]) -> None:
+                  step: Callable[..., None], results: dict[str, Any]) -> None:
     """The steps that need the far-future backlog (loaded once, dropped after)."""
     # One store holds the far-future backlog for poll cost, RSS and the peer's far set.
     empty = fresh_store(args.host, "bench_empty", SHARDS)
@@ -61,9 +61,9 @@ def backlog_steps(args: argparse.Namespace, sizes: Any, series: dict[str, Any],
 
         step("poll_cost_backlog", poll_cost)
         step("poller_rss_backlog", rss)
-        step("peer_postgres", peer)
-        if "peer_postgres" in results:
-            step("cpu_per_job", cpu_per_job)
+        step("peer_postgres", peer, "cpu_per_job" in args.only)
+        if "peer_postgres" in results and (not args.only or "cpu_per_job" in args.only):
+            results["cpu_per_job"] = cpu_per_job()  # arithmetic on the peer's figures: no settle, no run
     finally:
         for st in (empty, full):
             drop(st)

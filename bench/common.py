@@ -131,10 +131,31 @@ def server_cpu_s(comm: str, marker: str = "") -> float:
     ``marker`` (``java`` and ``CassandraDaemon`` for Cassandra, not ZooKeeper's java;
     ``postgres`` for PostgreSQL), children included: a Postgres backend that has exited
     is counted in its parent's (the postmaster's) children time, a live one in its own.
-    Linux only (``/proc``); 0 where nothing matches. A difference of two readings is the
+    Linux only (``/proc``); raises ``RuntimeError`` when nothing matches. Every process
+    of that name counts (a bench machine runs one Postgres). A difference of two readings is the
     server's share of the work between them, whatever else it did meanwhile included."""
     tick = os.sysconf("SC_CLK_TCK")
-    total = 0
+    total, found = 0, False
+    for entry in server_pids(comm, marker):
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        found = True
+        # Fields after the command's closing parenthesis: utime, stime, cutime, cstime are
+        # the 14th to the 17th of the whole line (the 12th to the 15th after it).
+        fields = stat.rsplit(")", 1)[1].split()
+        total += sum(int(v) for v in fields[11:15])
+    if not found:  # a silent 0 would make a server's share vanish from a ratio
+        raise RuntimeError(f"no process named {comm!r}" + (f" running {marker}" if marker else "")
+                           + ": is the server running on this machine?")
+    return total / tick
+
+
+def server_pids(comm: str, marker: str = "") -> list[Path]:
+    """The ``/proc`` folders of the processes named ``comm`` whose command line holds
+    ``marker``."""
+    out = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -143,14 +164,10 @@ def server_cpu_s(comm: str, marker: str = "") -> float:
                 continue
             if marker and marker.encode() not in (entry / "cmdline").read_bytes():
                 continue
-            stat = (entry / "stat").read_text()
-        except OSError:  # gone meanwhile
+        except OSError:
             continue
-        # Fields after the command's closing parenthesis: utime, stime, cutime, cstime are
-        # the 14th to the 17th of the whole line (the 12th to the 15th after it).
-        fields = stat.rsplit(")", 1)[1].split()
-        total += sum(int(v) for v in fields[11:15])
-    return total / tick
+        out.append(entry)
+    return out
 
 
 def own_cpu_s() -> float:

@@ -24,7 +24,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.common import cassandra_cpu_s, drop, fresh_store, own_cpu_s, postgres_cpu_s, write_bucket_rows
+from bench.common import (
+    cassandra_cpu_s,
+    drop,
+    fresh_store,
+    own_cpu_s,
+    postgres_cpu_s,
+    server_pids,
+    settle,
+    write_bucket_rows,
+)
 from scheduler import App, Job
 from scheduler.domain.clock import SystemClock
 from scheduler.domain.keys import bucket_of_ms, shard_of
@@ -197,6 +206,7 @@ def run_postgres(url: str, near: int, window_s: float, workers: int = 4, batch: 
     for t in threads:
         t.start()
         time.sleep(poll_interval_s / workers)  # staggered: together they poll `workers` times a second
+    before = len(server_pids("postgres"))
     cpu = _Cpu(postgres_cpu_s, start)
     deadline = time.monotonic() + (start - now) / 1000 + window_s + 300
     while len(late) < near and time.monotonic() < deadline:
@@ -204,12 +214,32 @@ def run_postgres(url: str, near: int, window_s: float, workers: int = 4, batch: 
     stop.set()
     for t in threads:
         t.join(timeout=30)
+    # The workers' backends exit as their connections close; read once they are reaped
+    # (their time then sits in the postmaster's children time), not while one may be
+    # reaped between the postmaster's reading and its own.
+    _wait_processes("postgres", before)
     used = cpu.used()
     with psycopg.connect(url, autocommit=True) as conn:
         poll_ms = _empty_poll_postgres(conn, batch)
     if samples_out is not None:
         samples_out.extend(late)
     return {**_summary("Postgres SKIP LOCKED", late, start, fired_at, poll_ms, near), **used}
+
+
+def _wait_processes(comm: str, count: int, timeout_s: float = 10.0) -> None:
+    """Until at most ``count`` processes named ``comm`` are left (or the timeout)."""
+    end = time.monotonic() + timeout_s
+    while len(server_pids(comm)) > count and time.monotonic() < end:
+        time.sleep(0.05)
+
+
+def _quiet_postgres(url: str) -> None:
+    """Vacuum and checkpoint now, so neither runs in the next measured window."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
+        conn.execute("CHECKPOINT")
 
 
 def _empty_poll_postgres(conn: Any, batch: int, rounds: int = 100) -> float:
@@ -234,6 +264,7 @@ def peer_postgres(host: str, pg_url: str, far: int, near: int, window_s: float,
         if own and load_backlog is not None:
             load_backlog(store, far)
         ours = run_scheduler(store, near, window_s, samples.setdefault("ours", []))
+        settle()  # the drain's CPU is measured: the first run's compactions are not its work
         ours_drain = run_scheduler(store, near, 0.0, prefix="drain")
     finally:
         if own:
@@ -241,6 +272,7 @@ def peer_postgres(host: str, pg_url: str, far: int, near: int, window_s: float,
             store.close()
     pg_load = load_postgres(pg_url, far)
     peer = run_postgres(pg_url, near, window_s, samples_out=samples.setdefault("postgres", []))
+    _quiet_postgres(pg_url)  # likewise: the load's vacuum and dirty pages are not the drain's
     peer_drain = run_postgres(pg_url, near, 0.0, prefix="drain")
     return {"far_jobs": far, "near_jobs": near, "window_s": window_s,
             "offered_jobs_per_s": round(near / window_s), "postgres_load_rows_per_s": round(pg_load),

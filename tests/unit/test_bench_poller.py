@@ -4,6 +4,7 @@ fire_throughput figures with the read-only loop."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -86,7 +87,7 @@ def test_the_report_names_the_driver_build_and_the_read_only_loop():
     assert "40,000 jobs/s (poller / read-only 0.4, read-and-record / read-only 0.6)" in text
 
 
-def test_server_cpu_counts_a_named_process_and_nothing_for_an_unknown_name():
+def test_server_cpu_counts_a_named_process_and_refuses_an_unknown_name():
     from pathlib import Path
 
     from bench.common import own_cpu_s, server_cpu_s
@@ -96,5 +97,7 @@ def test_server_cpu_counts_a_named_process_and_nothing_for_an_unknown_name():
     mine = own_cpu_s()
     # Every process of our name, this one included (its children too, none here).
     assert server_cpu_s(comm) >= mine - 0.05
-    assert server_cpu_s(comm, marker="no-such-marker-\x01") == 0
-    assert server_cpu_s("no-such-process-name") == 0
+    with pytest.raises(RuntimeError, match="no process named"):
+        server_cpu_s(comm, marker="no-such-marker-\x01")
+    with pytest.raises(RuntimeError, match="is the server running"):
+        server_cpu_s("no-such-process-name")
