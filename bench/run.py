@@ -322,7 +322,8 @@ def run_all(args: argparse.Namespace, sizes: Sizes) -> tuple[dict[str, Any], dic
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--quick", action="store_true", help="smaller sizes: under 10 minutes on 2 cores")
+    ap.add_argument("--quick", action="store_true",
+                    help="smaller sizes: every benchmark in about 18 minutes on 2 cores")
     ap.add_argument("--out", default="bench/out", help="folder for report.md, report.json and plots")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--zk", default="127.0.0.1:2181")
