@@ -50,15 +50,27 @@ class Sampler:
         self.lock = threading.Lock()
         self.window: tuple[float, float] = (0.0, 0.0)
         self.samples: list[float] = []
+        # Second of the window (by start time) -> [starts, worst lateness ms]: when the
+        # late starts happened, which a p99 alone does not say.
+        self.seconds: dict[int, list[float]] = {}
         self.total = 0
 
     def __call__(self, job: Job) -> None:
         now = time.time()
         nominal = job.scheduled_for.timestamp() if job.scheduled_for is not None else job.due_ms / 1000
+        late = (now - nominal) * 1000
         with self.lock:
             self.total += 1
             if self.window[0] <= now < self.window[1]:
-                self.samples.append((now - nominal) * 1000)
+                self.samples.append(late)
+                sec = self.seconds.setdefault(int(now - self.window[0]), [0, 0.0])
+                sec[0] += 1
+                sec[1] = max(sec[1], late)
+
+    def worst_seconds(self, n: int = 5) -> list[dict[str, float]]:
+        """The ``n`` seconds of the window with the latest start, in time order."""
+        worst = sorted(self.seconds.items(), key=lambda kv: kv[1][1], reverse=True)[:n]
+        return [{"second": s, "starts": int(c), "max_ms": round(m, 1)} for s, (c, m) in sorted(worst)]
 
 
 def create_schedules(store: CassandraStore, n: int, start_ms: int, period_s: int) -> float:
@@ -108,6 +120,9 @@ def run_recurring(host: str, per_minute: int, period_s: int, measure_s: int) -> 
             "expected_in_window": n * measure_s // period_s,
             "p50_ms": round(samples[len(samples) // 2], 1) if samples else None,
             "p99_ms": round(samples[int(len(samples) * 0.99)], 1) if samples else None,
+            "max_ms": round(samples[-1], 1) if samples else None,
+            "late_over_1s": sum(1 for v in samples if v > 1000),
+            "worst_seconds": sampler.worst_seconds(),
             "cpu_ms_per_job": round(cpu * 1000 / max(1, fired), 3)}
 
 
