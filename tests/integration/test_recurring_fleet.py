@@ -13,6 +13,8 @@ from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
 
+import pytest
+
 from scheduler.domain.model import parse_occurrence
 from scheduler.recurring.schedule import Occurrence, occurrence_id
 from tests.handlers import read_records
@@ -23,6 +25,9 @@ SCHEDULES = 50
 EVERY_MS = 5000
 
 
+# Alone: once, run beside another file, s2's new version fired fewer than twice in 60 s
+# (not reproduced since). If it fails alone too, its explanation says where the chain stopped.
+@pytest.mark.serial
 def test_fifty_schedules_three_pollers_and_a_kill_9(fleet_env):  # noqa: F811
     url, client, out, zk, procs = fleet_env
     start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=8)
