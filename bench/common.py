@@ -128,11 +128,10 @@ def report(result: dict[str, Any], as_json: bool) -> None:
 
 def server_cpu_s(comm: str, marker: str = "") -> float:
     """CPU seconds used so far by every process named ``comm`` whose command line holds
-    ``marker`` (``java`` and ``CassandraDaemon`` for Cassandra, not ZooKeeper's java;
-    ``postgres`` for PostgreSQL), children included: a Postgres backend that has exited
-    is counted in its parent's (the postmaster's) children time, a live one in its own.
-    Linux only (``/proc``); raises ``RuntimeError`` when nothing matches. Every process
-    of that name counts (a bench machine runs one Postgres). A difference of two readings is the
+    ``marker`` (``java`` and ``CassandraDaemon`` for Cassandra, not ZooKeeper's java),
+    each with its reaped children's time. (Postgres is read by ``tree_cpu_s`` from its
+    postmaster: a host may run another one.)
+    Linux only (``/proc``); raises ``RuntimeError`` when nothing matches. A difference of two readings is the
     server's share of the work between them, whatever else it did meanwhile included."""
     tick = os.sysconf("SC_CLK_TCK")
     total, found = 0, False
@@ -149,6 +148,36 @@ def server_cpu_s(comm: str, marker: str = "") -> float:
     if not found:  # a silent 0 would make a server's share vanish from a ratio
         raise RuntimeError(f"no process named {comm!r}" + (f" running {marker}" if marker else "")
                            + ": is the server running on this machine?")
+    return total / tick
+
+
+def _stat_fields(pid: int | str) -> list[str]:
+    """The fields of ``/proc/PID/stat`` after the command's closing parenthesis (so the
+    state is [0], the parent's pid [1], and utime, stime, cutime, cstime [11:15])."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def parent_pid(pid: int) -> int:
+    return int(_stat_fields(pid)[1])
+
+
+def tree_cpu_s(root: int) -> float:
+    """CPU seconds of process ``root`` and of its live children, each with its reaped
+    children's time: a Postgres server's whole work when ``root`` is its postmaster (a
+    backend that exited is counted in the postmaster's children time, a live one in its
+    own). Another server on the same host is not counted. Raises ``OSError`` when
+    ``root`` is gone."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = sum(int(v) for v in _stat_fields(root)[11:15])
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or entry.name == str(root):
+            continue
+        try:
+            fields = _stat_fields(entry.name)
+        except OSError:  # gone meanwhile: reaped, so in the root's children time
+            continue
+        if fields[1] == str(root):
+            total += sum(int(v) for v in fields[11:15])
     return total / tick
 
 
@@ -181,9 +210,6 @@ def own_cpu_s() -> float:
 def cassandra_cpu_s() -> float:
     return server_cpu_s("java", "CassandraDaemon")
 
-
-def postgres_cpu_s() -> float:
-    return server_cpu_s("postgres")
 
 
 def entry(value: float | None, unit: str, baseline: float | None, baseline_is: str, goal: str,

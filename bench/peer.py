@@ -16,6 +16,7 @@ The peer side is ``workers`` threads, each with its own connection, claiming up 
 
 from __future__ import annotations
 
+import contextlib
 import io
 import statistics
 import threading
@@ -29,9 +30,9 @@ from bench.common import (
     drop,
     fresh_store,
     own_cpu_s,
-    postgres_cpu_s,
-    server_pids,
+    parent_pid,
     settle,
+    tree_cpu_s,
     write_bucket_rows,
 )
 from scheduler import App, Job
@@ -181,13 +182,17 @@ def run_postgres(url: str, near: int, window_s: float, workers: int = 4, batch: 
         _copy(conn, lambda: (f"{prefix}-{i}\tnoop\t{{}}\t{_iso(start + int(i * window_s * 1000 / near))}\n"
                              for i in range(near)), near)
         conn.execute(SQL["analyze"])
+        postmaster = parent_pid(_backend_pid(conn))
+    _quiet_postgres(url)  # the load's vacuum and dirty pages are not the firing's work
     late: list[float] = []
     fired_at: list[int] = []
     lock = threading.Lock()
     stop = threading.Event()
+    backends: list[int] = []
 
     def worker() -> None:
         with psycopg.connect(url, autocommit=True) as c:
+            backends.append(_backend_pid(c))
             while not stop.is_set():
                 rows = c.execute(SQL["claim"], (batch,)).fetchall()
                 if not rows:
@@ -206,18 +211,19 @@ def run_postgres(url: str, near: int, window_s: float, workers: int = 4, batch: 
     for t in threads:
         t.start()
         time.sleep(poll_interval_s / workers)  # staggered: together they poll `workers` times a second
-    before = len(server_pids("postgres"))
-    cpu = _Cpu(postgres_cpu_s, start)
+    cpu = _Cpu(lambda: tree_cpu_s(postmaster), start)
     deadline = time.monotonic() + (start - now) / 1000 + window_s + 300
     while len(late) < near and time.monotonic() < deadline:
         time.sleep(0.2)
     stop.set()
     for t in threads:
         t.join(timeout=30)
+    if any(t.is_alive() for t in threads):
+        raise RuntimeError("a Postgres worker did not stop within 30 s: its CPU cannot be read")
     # The workers' backends exit as their connections close; read once they are reaped
     # (their time then sits in the postmaster's children time), not while one may be
     # reaped between the postmaster's reading and its own.
-    _wait_processes("postgres", before)
+    _wait_reaped(backends)
     used = cpu.used()
     with psycopg.connect(url, autocommit=True) as conn:
         poll_ms = _empty_poll_postgres(conn, batch)
@@ -226,20 +232,33 @@ def run_postgres(url: str, near: int, window_s: float, workers: int = 4, batch: 
     return {**_summary("Postgres SKIP LOCKED", late, start, fired_at, poll_ms, near), **used}
 
 
-def _wait_processes(comm: str, count: int, timeout_s: float = 10.0) -> None:
-    """Until at most ``count`` processes named ``comm`` are left (or the timeout)."""
+def _backend_pid(conn: Any) -> int:
+    """The server process serving ``conn`` (its parent is the postmaster)."""
+    row = conn.execute("SELECT pg_backend_pid()").fetchone()
+    return int(row[0])
+
+
+def _wait_reaped(pids: list[int], timeout_s: float = 10.0) -> None:
+    """Until none of ``pids`` is left in ``/proc`` (reaped by its parent); raises after
+    ``timeout_s``: a reading taken then would miss a backend's time."""
     end = time.monotonic() + timeout_s
-    while len(server_pids(comm)) > count and time.monotonic() < end:
+    while any(Path(f"/proc/{pid}").exists() for pid in pids):
+        if time.monotonic() > end:
+            raise RuntimeError(f"Postgres backends {pids} still there {timeout_s:.0f} s after their "
+                               "connections closed: their CPU cannot be read")
         time.sleep(0.05)
 
 
 def _quiet_postgres(url: str) -> None:
-    """Vacuum and checkpoint now, so neither runs in the next measured window."""
+    """Vacuum the peer's table and checkpoint now, so neither runs in the next measured
+    window. ``CHECKPOINT`` needs a superuser (or ``pg_checkpoint``): refused, it is
+    skipped, and the dirty pages may be written during the window."""
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("VACUUM ANALYZE")
-        conn.execute("CHECKPOINT")
+        conn.execute(SQL["vacuum"])
+        with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
+            conn.execute("CHECKPOINT")
 
 
 def _empty_poll_postgres(conn: Any, batch: int, rounds: int = 100) -> float:
@@ -272,7 +291,6 @@ def peer_postgres(host: str, pg_url: str, far: int, near: int, window_s: float,
             store.close()
     pg_load = load_postgres(pg_url, far)
     peer = run_postgres(pg_url, near, window_s, samples_out=samples.setdefault("postgres", []))
-    _quiet_postgres(pg_url)  # likewise: the load's vacuum and dirty pages are not the drain's
     peer_drain = run_postgres(pg_url, near, 0.0, prefix="drain")
     return {"far_jobs": far, "near_jobs": near, "window_s": window_s,
             "offered_jobs_per_s": round(near / window_s), "postgres_load_rows_per_s": round(pg_load),

@@ -48,3 +48,6 @@ SELECT count(*) FROM scheduled_jobs WHERE fired_at IS NULL AND due_at <= now();
 
 -- name: server_version
 SHOW server_version;
+
+-- name: vacuum
+VACUUM (ANALYZE) scheduled_jobs;

@@ -33,9 +33,9 @@ log = logging.getLogger("scheduler.exporter")
 
 
 class Spell:
-    """A loop's failures, logged once per spell of failures and per kind (a store error,
-    or an unexpected exception's type, with its traceback: a bug that starts during a
-    store outage is still seen), and the spell's end once. The loop's error counter
+    """A loop's failures, logged once per spell of failures and per exception type (an
+    unexpected one with its traceback: a bug that starts during a store outage is still
+    seen), and the spell's end once. The loop's error counter
     tells how many there were."""
 
     def __init__(self, what: str, action: str, ok_action: str) -> None:
@@ -43,7 +43,7 @@ class Spell:
         self._seen: set[str] = set()
 
     def failed(self, exc: BaseException) -> None:
-        kind = "store" if isinstance(exc, SchedulerError) else type(exc).__name__
+        kind = type(exc).__name__  # a store error turning into another kind is logged too
         if kind in self._seen:
             return
         self._seen.add(kind)

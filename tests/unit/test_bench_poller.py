@@ -101,3 +101,19 @@ def test_server_cpu_counts_a_named_process_and_refuses_an_unknown_name():
         server_cpu_s(comm, marker="no-such-marker-\x01")
     with pytest.raises(RuntimeError, match="is the server running"):
         server_cpu_s("no-such-process-name")
+
+
+def test_tree_cpu_counts_a_reaped_child_and_refuses_a_gone_root():
+    import os
+    import subprocess
+    import sys
+
+    from bench.common import own_cpu_s, tree_cpu_s
+
+    before = tree_cpu_s(os.getpid())
+    subprocess.run([sys.executable, "-c", "sum(i * i for i in range(2_000_000))"], check=True)
+    # The child's time is now in our children time: more than our own threads spent.
+    assert tree_cpu_s(os.getpid()) - before > 0.05
+    assert tree_cpu_s(os.getpid()) >= own_cpu_s() - 0.05
+    with pytest.raises(OSError):
+        tree_cpu_s(2**22 + 12345)  # beyond any pid_max: no such process

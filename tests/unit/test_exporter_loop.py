@@ -114,8 +114,7 @@ def test_a_failing_audit_is_counted_logged_once_and_the_loop_goes_on(
     monkeypatch.setattr(exporter, "audit", lambda *a: failing(calls, switch, error, lambda: real(*a))())
     exp.start()
     try:
-        until(lambda: calls[0] >= 5, "five failed audits")
-        assert metric(exp, "scheduler_audit_errors_total") >= 5
+        until(lambda: metric(exp, "scheduler_audit_errors_total") >= 5, "five failed audits")
         switch.clear()
         until(lambda: records.actions("audit_ok") != [], "an audit after the failures")
     finally:
@@ -134,3 +133,22 @@ def test_a_failing_schedules_read_keeps_the_lag_and_is_tried_an_interval_later(
     assert calls[0] == 1, "not again before the interval"
     assert metric(exp, "scheduler_exporter_up") == 1
     assert len(records.actions("exporter_recurring_failed")) == 1
+
+
+def test_a_failing_fleet_read_of_any_kind_is_logged_once_per_type_and_lag_is_read_without_it(
+        store: Store, records: Records) -> None:
+    errors: list[Exception] = [StoreUnavailable("zk away"), StoreUnavailable("still away"), KeyError("bug")]
+
+    def fleet() -> Any:
+        if errors:
+            raise errors.pop(0)
+        return None
+
+    exp = LagExporter(store, FakeClock(T0_MS), fleet)
+    for _ in range(4):
+        exp.refresh()
+    assert metric(exp, "scheduler_exporter_up") == 1
+    assert metric(exp, "scheduler_exporter_refresh_errors_total") == 3
+    failed = records.actions("exporter_fleet_failed")
+    assert len(failed) == 2 and failed[1].exc_info is not None  # the store error, then the bug with its trace
+    assert len(records.actions("exporter_fleet_ok")) == 1
