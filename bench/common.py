@@ -130,31 +130,31 @@ def server_cpu_s(comm: str, marker: str = "") -> float:
     """CPU seconds used so far by every process named ``comm`` whose command line holds
     ``marker`` (``java`` and ``CassandraDaemon`` for Cassandra, not ZooKeeper's java),
     each with its reaped children's time. (Postgres is read by ``tree_cpu_s`` from its
-    postmaster: a host may run another one.)
-    Linux only (``/proc``); raises ``RuntimeError`` when nothing matches. A difference of two readings is the
-    server's share of the work between them, whatever else it did meanwhile included."""
-    tick = os.sysconf("SC_CLK_TCK")
+    postmaster: a host may run another one.) Linux only (``/proc``); raises
+    ``RuntimeError`` when nothing matches. A difference of two readings is the server's
+    share of the work between them, whatever else it did meanwhile included."""
     total, found = 0, False
     for entry in server_pids(comm, marker):
         try:
-            stat = (entry / "stat").read_text()
+            total += _cpu_ticks(_stat_fields(entry.name))
         except OSError:  # gone meanwhile
             continue
         found = True
-        # Fields after the command's closing parenthesis: utime, stime, cutime, cstime are
-        # the 14th to the 17th of the whole line (the 12th to the 15th after it).
-        fields = stat.rsplit(")", 1)[1].split()
-        total += sum(int(v) for v in fields[11:15])
     if not found:  # a silent 0 would make a server's share vanish from a ratio
         raise RuntimeError(f"no process named {comm!r}" + (f" running {marker}" if marker else "")
                            + ": is the server running on this machine?")
-    return total / tick
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def _stat_fields(pid: int | str) -> list[str]:
     """The fields of ``/proc/PID/stat`` after the command's closing parenthesis (so the
     state is [0], the parent's pid [1], and utime, stime, cutime, cstime [11:15])."""
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def _cpu_ticks(fields: list[str]) -> int:
+    """utime + stime + cutime + cstime, in clock ticks."""
+    return sum(int(v) for v in fields[11:15])
 
 
 def parent_pid(pid: int) -> int:
@@ -167,8 +167,7 @@ def tree_cpu_s(root: int) -> float:
     backend that exited is counted in the postmaster's children time, a live one in its
     own). Another server on the same host is not counted. Raises ``OSError`` when
     ``root`` is gone."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = sum(int(v) for v in _stat_fields(root)[11:15])
+    total = _cpu_ticks(_stat_fields(root))
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or entry.name == str(root):
             continue
@@ -177,8 +176,8 @@ def tree_cpu_s(root: int) -> float:
         except OSError:  # gone meanwhile: reaped, so in the root's children time
             continue
         if fields[1] == str(root):
-            total += sum(int(v) for v in fields[11:15])
-    return total / tick
+            total += _cpu_ticks(fields)
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def server_pids(comm: str, marker: str = "") -> list[Path]:

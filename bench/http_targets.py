@@ -20,7 +20,6 @@ flight; more only opens more connections at once when a burst comes due.
 from __future__ import annotations
 
 import argparse
-import resource
 import secrets
 import signal
 import subprocess
@@ -30,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import machine, report
+from bench.common import machine, own_cpu_s, report
 from bench.flow import new_store
 from scheduler import App, Client, JobSpec
 from scheduler.domain.keys import from_ms
@@ -95,7 +94,7 @@ def _deliver(where: str, due: dict[str, int], concurrency: int,
             poller = Poller(store, App(), config=PollerConfig(concurrency=concurrency, http_allow=allow,
                                                               check_clock=False),
                             signing_secret=secrets.token_hex(32).encode())
-            cpu = resource.getrusage(resource.RUSAGE_SELF)
+            cpu0 = own_cpu_s()
             poller.start(range(SHARDS), epoch=1)
             try:
                 end = time.monotonic() + (max(due.values()) - now_ms()) / 1000 + 120
@@ -103,8 +102,7 @@ def _deliver(where: str, due: dict[str, int], concurrency: int,
                     time.sleep(0.1)
             finally:
                 poller.stop()
-            used = resource.getrusage(resource.RUSAGE_SELF)
-            cpu_s = used.ru_utime + used.ru_stime - cpu.ru_utime - cpu.ru_stime
+            cpu_s = own_cpu_s() - cpu0
             stats = {"fired": poller.stats.fired, "dead": poller.stats.dead,
                      "poller_cpu_us_per_job": round(cpu_s * 1e6 / len(due))}
     finally:

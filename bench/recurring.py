@@ -17,13 +17,12 @@
 from __future__ import annotations
 
 import argparse
-import resource
 import threading
 import time
 from datetime import UTC, datetime
 from typing import Any
 
-from bench.common import drop, fresh_store, machine, report
+from bench.common import drop, fresh_store, machine, own_cpu_s, report
 from scheduler import App, Client, Job, JobSpec
 from scheduler.domain.clock import SystemClock
 from scheduler.poller import Poller, PollerConfig
@@ -36,11 +35,6 @@ from scheduler.store.rows import schedule_params
 SHARDS = 16
 FULL_PERIOD_S, FULL_MEASURE_S = 60, 60
 QUICK_PERIOD_S, QUICK_MEASURE_S = 20, 30
-
-
-def _cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
 
 
 class Sampler:
@@ -107,9 +101,9 @@ def run_recurring(host: str, per_minute: int, period_s: int, measure_s: int) -> 
         begin = start_ms / 1000 + period_s
         sampler.window = (begin, begin + measure_s)
         time.sleep(max(0.0, begin - time.time()))
-        fired0, cpu0 = poller.stats.fired, _cpu()
+        fired0, cpu0 = poller.stats.fired, own_cpu_s()
         time.sleep(measure_s)
-        fired, cpu = poller.stats.fired - fired0, _cpu() - cpu0
+        fired, cpu = poller.stats.fired - fired0, own_cpu_s() - cpu0
         poller.stop()
     finally:
         drop(store)
@@ -153,9 +147,9 @@ def run_one_shot(host: str, per_minute: int, measure_s: int) -> dict[str, Any]:
         producer = threading.Thread(target=produce, daemon=True)
         producer.start()
         time.sleep(max(0.0, sampler.window[0] - time.time()))
-        fired0, cpu0 = poller.stats.fired, _cpu()
+        fired0, cpu0 = poller.stats.fired, own_cpu_s()
         time.sleep(measure_s)
-        fired, cpu = poller.stats.fired - fired0, _cpu() - cpu0
+        fired, cpu = poller.stats.fired - fired0, own_cpu_s() - cpu0
         halt.set()
         producer.join(timeout=30)
         poller.stop()

@@ -35,8 +35,7 @@ log = logging.getLogger("scheduler.exporter")
 class Spell:
     """A loop's failures, logged once per spell of failures and per exception type (an
     unexpected one with its traceback: a bug that starts during a store outage is still
-    seen), and the spell's end once. The loop's error counter
-    tells how many there were."""
+    seen), and the spell's end once. The loop's error counter tells how many there were."""
 
     def __init__(self, what: str, action: str, ok_action: str) -> None:
         self.what, self.action, self.ok_action = what, action, ok_action
