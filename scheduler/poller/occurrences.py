@@ -122,17 +122,21 @@ class Occurrences:
         mono = self.core.clock.monotonic()
         cache = self._cache
         out: dict[str, Schedule | None] = {}
-        missing = []
+        # Decided per schedule, not per occurrence: one read may hold two versions of a
+        # schedule (the old chain's next row and an update's first one at the same time).
+        # A cached old version serves the old row, but it must not serve the new one,
+        # whose successor it would never write: the chain would end there.
+        missing: dict[str, None] = {}
         for occ in occs:
             sid = occ.schedule_id
             hit = cache.get(sid)
             if (hit is not None and mono - hit[0] < SCHEDULE_CACHE_S and hit[1] is not None
                     and hit[1].state is State.ACTIVE and chain.current(hit[1], occ)):
                 out[sid] = hit[1]
-            elif sid not in out:
-                missing.append(sid)
+            else:
+                missing[sid] = None
         if missing:
-            out.update(self._read(missing))
+            out.update(self._read(list(missing)))
         return out
 
     def _read(self, schedule_ids: list[str]) -> dict[str, Schedule | None]:

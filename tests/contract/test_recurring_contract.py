@@ -15,6 +15,7 @@ from scheduler.domain.clock import FakeClock
 from scheduler.domain.keys import from_ms
 from scheduler.errors import InvalidInput
 from scheduler.producer import occurrences as writes
+from scheduler.recurring.schedule import occurrence_id
 from scheduler.store import SchemaOptions
 from tests.conftest import make_store
 from tests.contract.test_poller_contract import T0, T0_MS, drive, make_poller
@@ -156,6 +157,25 @@ def test_the_dispatchers_decisions_are_used_only_while_fresh(rstore, make_client
     occ.pregate([job])
     client.recurring.pause("g")
     assert occ.gate([job])[job.job_id].error == "skipped: paused", "the API waited it out"
+
+
+def test_one_read_holding_both_versions_of_an_updated_schedule_keeps_the_new_chain(rstore, make_client):
+    """An update whose first occurrence falls at the same time as the old chain's next
+    one: a read may return both rows, the old version's first. The schedule cached for
+    the old row must not serve the new one: its successor is written, and the new
+    chain goes on."""
+    _, client, _, poller = setup(rstore, make_client)
+    old = client.recurring.create("v", kind="tick", every="5s", start=T0)
+    occ = poller.occurrences
+    occ._read(["v"])  # the old version cached, as after a read of its previous row
+    new = client.recurring.update("v", every="10s")
+    at = T0_MS + 20_000  # a time of both versions
+    rows = [client.run(writes.place(client.producer, s, at)) for s in (old, new)]
+    occ.write_successors(rows)
+    ids = [occurrence_id("v", new.version, at + 10_000), occurrence_id("v", old.version, at + 5_000)]
+    found = rstore.get_many(ids)
+    assert ids[0] in found, "the new version's next occurrence is written"
+    assert ids[1] not in found, "the old version's chain ends"
 
 
 def test_a_crash_between_firing_and_the_next_write_keeps_the_chain(rstore, make_client):
