@@ -25,7 +25,7 @@ from .flow import FlowTables
 from .history import Replay
 from .schedules import ScheduleRows
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 # A producer pushes a job's fire time to at least now + late margin, so it lands
 # ahead of any poller's read cursor: a poller reads at most late_margin - 2 * max_skew
@@ -336,6 +336,14 @@ class Store(ScheduleRows, FlowTables, ABC):
     def record_fired(self, jobs: Sequence[Job], fired_ms: int) -> None:
         """Set ``fired_at`` on the jobs' bucket rows, in one write per partition. A new
         owner re-reading those rows skips them; a lost write means at most a duplicate."""
+
+    @abstractmethod
+    def record_fired_through(self, marks: Sequence[tuple[int, int, Key]], fired_ms: int) -> None:
+        """Write fired-through marks: for each ``(bucket, shard, key)``, every row of that
+        partition up to ``key`` that has no ``fired_at`` reads as fired at ``fired_ms``
+        from now on (``derive_fired``; call it only once every row the reader read up to
+        ``key`` has its outcome recorded). Marks are only added, never moved back. A lost
+        write means at most duplicates (a new owner fires those rows again)."""
 
     @abstractmethod
     def record_retry(self, old: Job, new: Job, error: str, now_ms: int) -> None:

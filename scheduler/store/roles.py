@@ -35,7 +35,7 @@ from typing import Any, Protocol
 from ..domain.flow import Demand, Limits
 from ..domain.layout import Layout, Layouts
 from ..domain.model import Job
-from ..domain.progress import Checkpoint
+from ..domain.progress import Checkpoint, Key
 from ..domain.retention import Retention
 from ..recurring.schedule import Schedule
 from .base import (
@@ -119,6 +119,7 @@ class Firing(Protocol):
     """What a poller's recorder writes: the outcome of each job it fired or skipped."""
 
     def record_fired(self, jobs: Sequence[Job], fired_ms: int) -> None: ...
+    def record_fired_through(self, marks: Sequence[tuple[int, int, Key]], fired_ms: int) -> None: ...
     def record_retry(self, old: Job, new: Job, error: str, now_ms: int) -> None: ...
     def record_dead(self, job: Job, error: str, now_ms: int) -> None: ...
     def record_skipped(self, job: Job, reason: str, now_ms: int) -> None: ...

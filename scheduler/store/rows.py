@@ -76,6 +76,28 @@ def job_from_bucket_row(row: Any, to_ms: Any = int) -> Job:
                None if traceparent is None else stored_traceparent(traceparent))
 
 
+def derive_fired(rows: list[Job], marks: Sequence[tuple[int, str, int]]) -> list[Job]:
+    """``rows`` (one partition's, in key order) with the fired-through marks applied: a
+    row with no ``fired_at`` at or before a mark's key is fired, at the ``at`` of the
+    first mark at or after it. ``marks``: ``(fire_ms, job_id, at_ms)`` of that partition
+    in key order, at least every one at or after the first row with no ``fired_at``."""
+    if not marks:
+        return rows
+    out: list[Job] = []
+    i, n = 0, len(marks)
+    for row in rows:
+        if row.fired_ms is None:
+            key = (row.fire_ms, row.job_id)
+            while i < n and (marks[i][0], marks[i][1]) < key:
+                i += 1
+            if i == n:
+                out.extend(rows[len(out):])
+                break
+            row = row.evolve(status=Status.FIRED, fired_ms=marks[i][2])
+        out.append(row)
+    return out
+
+
 def jobs_from_bucket_rows(rows: Sequence[Any], to_ms: Any = int) -> list[Job]:
     """``job_from_bucket_row`` over a page. A row that cannot be turned into a job (one
     written by another producer, outside the client's checks) becomes a *poison* job

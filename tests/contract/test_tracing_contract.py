@@ -301,7 +301,7 @@ def test_a_v009_store_refuses_until_schema_apply_then_old_rows_run_untraced(stor
                 call()
         early.close()
         res = st9.apply_schema(SchemaOptions(shard_count=SHARDS), T0_MS)
-        assert (res.from_version, res.to_version) == (9, SCHEMA_VERSION) == (9, 10)
+        assert (res.from_version, res.to_version) == (9, SCHEMA_VERSION)
         client = Client(st9, clock=clock)
         assert client.get("old").traceparent is None
         new = client.schedule("new", T0 + timedelta(minutes=5), "k")

@@ -95,6 +95,9 @@ class FakeStore:
     def record_fired(self, jobs: list[Job], now_ms: int) -> None:
         self._call("record_fired")
 
+    def record_fired_through(self, marks: list[tuple[int, int, Any]], now_ms: int) -> None:
+        self._call("record_fired_through")
+
     def record_retry(self, old: Job, new: Job, error: str, now_ms: int) -> None:
         self._call("record_retry")
 
@@ -329,8 +332,9 @@ def test_shutdown_finishes_in_flight_then_records_then_checkpoints_then_releases
     assert started.wait(5)
     poller.stop()
     writes = [c for c in store.calls if c not in ("read_bucket", "claim_shard")]
-    # (The reader may save checkpoints before: the cursor moves over empty buckets.)
-    assert writes[-3:] == ["record_fired", "save_checkpoint", "release_shard"]
+    # (The reader may save checkpoints before: the cursor moves over empty buckets.) The
+    # job was read by the cursor and is the only one: a fired-through mark records it.
+    assert writes[-3:] == ["record_fired_through", "save_checkpoint", "release_shard"]
     assert poller.stats.fired == 1 and poller.failure is None
 
 
@@ -349,7 +353,7 @@ def _crash_dispatch(p: Poller, store: FakeStore) -> None:
 
 
 def _crash_recorder(p: Poller, store: FakeStore) -> None:
-    store.fail["record_fired"] = RuntimeError("boom")
+    store.fail["record_fired"] = store.fail["record_fired_through"] = RuntimeError("boom")
 
 
 def _raise_boom(j: Job) -> None:

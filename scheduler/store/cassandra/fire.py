@@ -12,6 +12,7 @@ from typing import Any
 
 from ...domain.keys import job_hash
 from ...domain.model import Job, Status
+from ...domain.progress import Key
 from ...domain.retention import ttl_s
 from ..base import DEAD_LETTER_PARTS, DeadLetter
 from ..rows import bucket_key
@@ -55,6 +56,13 @@ class CassandraFiring:
                 else:
                     writes.append((binder.batch(part), None))
         self._concurrent(writes, f"recording {len(jobs)} fired jobs")
+
+    def record_fired_through(self, marks: Sequence[tuple[int, int, Key]], fired_ms: int) -> None:
+        """One small row per mark, all concurrently (each its own partition's)."""
+        stmt = self.prepared("insert_fired_through")
+        now, keep_ms = host_ms(), self.retention.jobs_s * 1000
+        self._concurrent([(stmt, (b, s, f, j, fired_ms, ttl_s(f + keep_ms, now))) for b, s, (f, j) in marks],
+                         f"recording {len(marks)} fired-through marks")
 
     def record_retry(self, old: Job, new: Job, error: str, now_ms: int) -> None:
         # The lookup row is rewritten whole: a cell left out would keep the old TTL.

@@ -25,7 +25,7 @@ from ..base import (
     Store,
     with_fired,
 )
-from ..rows import bucket_key, job_from_row, jobs_from_bucket_rows
+from ..rows import bucket_key, derive_fired, job_from_row, jobs_from_bucket_rows
 from .bind import FastBinder, bucket_params, bucket_writes, done_bucket_params, job_params
 from .conf import READ_GROUP, CassandraUrl, dt_ms, prepare_failed, translate
 from .connect import connect
@@ -126,8 +126,15 @@ class CassandraStore(CassandraAsync, CassandraSchema, CassandraFiring, Cassandra
     def _fired_at(self, jobs: Sequence[Job]) -> CqlSteps[dict[str, int]]:
         stmt = self.prepared("select_fired_at")
         results = yield Many([(stmt, bucket_key(j)) for j in jobs], "reading job status")
-        return {job.job_id: dt_ms(rows[0][0]) for job, rows in zip(jobs, results, strict=True)
-                if rows and rows[0][0] is not None}
+        out = {job.job_id: dt_ms(rows[0][0]) for job, rows in zip(jobs, results, strict=True)
+               if rows and rows[0][0] is not None}
+        # A row with no fired_at may be covered by a fired-through mark (one read each).
+        unmarked = [j for j, rows in zip(jobs, results, strict=True) if rows and j.job_id not in out]
+        if unmarked:
+            first = self.prepared("select_fired_through_first")
+            found = yield Many([(first, bucket_key(j)) for j in unmarked], "reading job status")
+            out.update((j.job_id, int(rows[0][0])) for j, rows in zip(unmarked, found, strict=True) if rows)
+        return out
 
     @dual
     def _job_rows(self, job_ids: Sequence[str]) -> CqlSteps[dict[str, Job]]:
@@ -155,31 +162,50 @@ class CassandraStore(CassandraAsync, CassandraSchema, CassandraFiring, Cassandra
 
     def read_bucket(self, bucket: int, shard: int, after: tuple[int, str] | None,
                     until_ms: int, limit: int) -> list[Job]:
-        fire_ms, job_id = after if after is not None else (bucket * 1000 - 1, "")
-        rows = self.run("select_bucket_rows", (bucket, shard, fire_ms, job_id, until_ms, limit),
-                        f"reading bucket {bucket} shard {shard}")
-        return jobs_from_bucket_rows(rows, dt_ms)
+        return self.read_buckets([(bucket, shard, after, until_ms)], limit)[0]
 
     @dual
     def read_buckets(self, parts: Sequence[PartRange], limit: int) -> CqlSteps[list[list[Job]]]:
+        """Each range's rows, then, for the ranges holding rows with no ``fired_at``, the
+        fired-through marks from the first of those on (a second round, only then: a
+        poll of rows already fired, or of none, costs one read)."""
         stmt = self.prepared("select_bucket_rows")
         items = []
         for bucket, shard, after, until_ms in parts:
             fire_ms, job_id = after if after is not None else (bucket * 1000 - 1, "")
             items.append((stmt, (bucket, shard, fire_ms, job_id, until_ms, limit)))
-        found = yield Many(items, f"reading {len(items)} bucket ranges")
-        return [jobs_from_bucket_rows(rows, dt_ms) for rows in found]
+        what = f"reading {len(items)} bucket ranges" if len(items) > 1 else (
+            f"reading bucket {parts[0][0]} shard {parts[0][1]}" if parts else "reading bucket ranges")
+        out = [jobs_from_bucket_rows(rows, dt_ms) for rows in (yield Many(items, what))]
+        marks_from = self.prepared("select_fired_through_from")
+        todo = []
+        for i, jobs in enumerate(out):
+            first = next((j for j in jobs if j.fired_ms is None), None)
+            if first is not None:
+                todo.append((i, (marks_from, (first.bucket, first.shard, first.fire_ms, first.job_id))))
+        if todo:
+            marks = yield Many([item for _, item in todo], what)
+            for (i, _), found in zip(todo, marks, strict=True):
+                if found:
+                    out[i] = derive_fired(out[i], [(int(f), j, int(a)) for f, j, a in found])
+        return out
 
     def pending(self, parts: Sequence[PartRange]) -> list[tuple[int, int | None]]:
-        stmt = self.prepared("select_bucket_fired")
-        items = []
+        """Rows with no ``fired_at`` after each partition's last fired-through mark (read
+        together with the rows: both in one concurrent round)."""
+        stmt, last = self.prepared("select_bucket_fired"), self.prepared("select_fired_through_last")
+        items: list[tuple[Any, tuple[Any, ...]]] = []
         for bucket, shard, after, until_ms in parts:
             fire_ms, job_id = after if after is not None else (bucket * 1000 - 1, "")
             items.append((stmt, (bucket, shard, fire_ms, job_id, until_ms)))
+            items.append((last, (bucket, shard)))
+        found = self._concurrent(items, "counting due jobs")
         out: list[tuple[int, int | None]] = []
-        for rows in self._concurrent(items, "counting due jobs"):
-            waiting = [fire_at for fired, fire_at in rows if fired is None]
-            out.append((len(waiting), dt_ms(waiting[0]) if waiting else None))
+        for rows, mark in zip(found[0::2], found[1::2], strict=True):
+            through = (int(mark[0][0]), mark[0][1]) if mark else None
+            waiting = [int(f) for fired, f, j in rows
+                       if fired is None and (through is None or (int(f), j) > through)]
+            out.append((len(waiting), waiting[0] if waiting else None))
         return out
 
     @dual
@@ -233,6 +259,8 @@ class CassandraStore(CassandraAsync, CassandraSchema, CassandraFiring, Cassandra
         if not items:
             return []
         try:
+            if len(items) == 1:  # one statement: no concurrency machinery (the reader's poll)
+                return [list(self.session.execute(*items[0]) or ())]
             results = execute_concurrent(self.session, items, concurrency=self.concurrency,
                                          raise_on_first_error=True, results_generator=False)
             # Inside the try: a result past its first page fetches the next one here.

@@ -44,6 +44,7 @@ from ..rows import (
     retention_of,
 )
 from .errors import busy, store_error, sweep_expired
+from .fire import SqliteFiring
 from .flow import SqliteFlow
 from .opened import OpenedFile
 from .replays import SqliteReplays
@@ -51,7 +52,7 @@ from .schedules import SqliteSchedules
 
 # Expired rows are deleted at most this often, by whichever call comes first.
 SWEEP_EVERY_S = 1.0
-SWEEPS = ("sweep_bucket_rows", "sweep_jobs", "sweep_dead_letters", "sweep_replays")
+SWEEPS = ("sweep_bucket_rows", "sweep_jobs", "sweep_dead_letters", "sweep_replays", "sweep_fired_through")
 # How long a nudge address is kept unless written again (the Cassandra table's TTL).
 NOTIFY_TTL_MS = 120_000
 
@@ -71,7 +72,7 @@ BUSY_TIMEOUT_S = 30.0
 ID_CHUNK = 256
 
 
-class SqliteStore(SqliteReplays, SqliteSchedules, SqliteFlow, Store):
+class SqliteStore(SqliteFiring, SqliteReplays, SqliteSchedules, SqliteFlow, Store):
     def __init__(self, path: str, url: str | None = None, *, create: bool = True) -> None:
         """Open the database file at ``path``, creating it when ``create`` (``schema
         apply``); without ``create`` a missing file is ``StoreUnavailable`` and no file
@@ -354,28 +355,6 @@ class SqliteStore(SqliteReplays, SqliteSchedules, SqliteFlow, Store):
 
     def notify_endpoints(self, now_ms: int) -> dict[str, str]:
         return {o: a for o, a in self._all(_q("select_notify_endpoints"), (now_ms,))}
-
-    def record_fired(self, jobs: Sequence[Job], fired_ms: int) -> None:
-        with self._tx() as db:
-            db.executemany(_q("mark_fired"), [(fired_ms, *bucket_key(j)) for j in jobs])
-
-    def record_retry(self, old: Job, new: Job, error: str, now_ms: int) -> None:
-        expiry = self.retention.after_fire_ms(new.fire_ms)
-        retry = new.evolve(status=Status.PENDING, last_error=error, fired_ms=now_ms)
-        with self._tx() as db:
-            db.execute(_q("mark_fired"), (now_ms, *bucket_key(old)))
-            db.execute(_q("insert_bucket_row"), (*bucket_params(new), expiry))
-            db.execute(_q("insert_job"), (*job_params(retry), expiry))
-
-    def record_dead(self, job: Job, error: str, now_ms: int) -> None:
-        ret, host = self.retention, _host_ms()
-        dead = job.evolve(status=Status.DEAD, attempts=job.attempts + 1, last_error=error, fired_ms=now_ms)
-        with self._tx() as db:
-            db.execute(_q("mark_fired"), (now_ms, *bucket_key(job)))
-            db.execute(_q("insert_job"), (*job_params(dead), ret.dead_lookup_ms(host)))
-            db.execute(_q("insert_dead_letter"), (job_hash(job.job_id) % DEAD_LETTER_PARTS, job.job_id,
-                                                  job.kind, job.due_ms, job.attempts + 1, error, now_ms,
-                                                  ret.dead_letter_ms(host)))
 
     def dead_letters(self) -> list[DeadLetter]:
         out: list[DeadLetter] = []
