@@ -149,10 +149,11 @@ class Recorder:
         this batch is complete, every row its shard's reader read up to it is complete
         (``ShardProgress.prefix_with``); one mark per partition, at the prefix's last key
         there. The rest (recorded out of order behind a slower one, taken ahead of the
-        cursor, or of a shard no longer held) are marked one by one."""
-        if not fired:
-            return fired, []
+        cursor, or of a shard no longer held) are marked one by one, and so is every one
+        when the store says marks are not safe (a cluster of more than one DC)."""
         core = self.core
+        if not fired or not core.store.marks_safe():
+            return fired, []
         keys: dict[int, set[Key]] = {}
         for o in batch:
             keys.setdefault(o.job.shard, set()).add((o.job.fire_ms, o.job.job_id))

@@ -336,6 +336,11 @@ class CassandraStore(CassandraAsync, CassandraSchema, CassandraFiring, Cassandra
         values = dict(zip(rs.column_names, row, strict=False))
         return bool(values.pop("[applied]")), values
 
+    def marks_safe(self) -> bool:
+        """See ``Store.marks_safe``: one DC among the nodes the driver knows (a read at
+        LOCAL_QUORUM there sees every write acknowledged at LOCAL_QUORUM)."""
+        return len({h.datacenter for h in self._cluster.metadata.all_hosts()}) <= 1
+
     def peers_down(self) -> int:
         """Nodes of other DCs that the driver holds down (Cassandra's status events, sent
         when its failure detector convicts a node, and its "up" events when they return);
