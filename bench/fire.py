@@ -10,7 +10,8 @@ bare driver loops over the same rows, each on its own copy of the data:
   the time is reading, and how much recording).
 
 Paired rounds; each ratio is the median of the per-round ratios. Goal: poller over the
-read-and-mark loop >= 0.8, and >= 5,000 jobs/s.
+read-and-mark loop >= 1.0 (the poller records most firings with fired-through marks, less
+than that loop writes), and >= 5,000 jobs/s.
 
     .venv/bin/python -m bench.poller --only fire_throughput [--fire-jobs N] [--fire-rounds R]
 """
@@ -193,4 +194,4 @@ def fire_figures(n: int, per_round: list[dict[str, float]]) -> dict[str, Any]:
             "read_only_jobs_per_s_spread": spread("read_only"),
             "ratio_poller_vs_read_only": round(med("poller", "read_only"), 3),
             "ratio_bare_vs_read_only": round(med("bare", "read_only"), 3),
-            "goal": ">= 0.8 and >= 5000 jobs/s", "met": ratio >= 0.8 and rate >= 5000}
+            "goal": ">= 1.0 and >= 5000 jobs/s", "met": ratio >= 1.0 and rate >= 5000}
