@@ -55,17 +55,11 @@ INSERT OR REPLACE INTO jobs_by_bucket (bucket, shard, fire_at, job_id, due_at, k
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: select_bucket_rows
--- fired_at as recorded or, with none, as the fired-through marks say (v011): the `at` of
--- the first mark of the partition at or after the row's key.
-SELECT r.bucket, r.shard, r.fire_at, r.job_id, r.due_at, r.kind, r.payload, r.payload_json, r.attempts,
-       COALESCE(r.fired_at, (SELECT f.at FROM fired_through f
-                              WHERE f.bucket = r.bucket AND f.shard = r.shard
-                                AND (f.fire_at, f.job_id) >= (r.fire_at, r.job_id)
-                              ORDER BY f.fire_at, f.job_id LIMIT 1)),
-       r.priority, r.key, r.traceparent
-FROM jobs_by_bucket r
-WHERE r.bucket = ? AND r.shard = ? AND (r.fire_at, r.job_id) > (?, ?) AND r.fire_at <= ?
-ORDER BY r.fire_at, r.job_id
+SELECT bucket, shard, fire_at, job_id, due_at, kind, payload, payload_json, attempts, fired_at, priority, key,
+       traceparent
+FROM jobs_by_bucket
+WHERE bucket = ? AND shard = ? AND (fire_at, job_id) > (?, ?) AND fire_at <= ?
+ORDER BY fire_at, job_id
 LIMIT ?;
 
 -- name: select_checkpoint
@@ -88,21 +82,11 @@ WHERE shard = ? AND owner_epoch = ? AND bucket <= ?;
 UPDATE checkpoints SET owner = NULL, updated_at = ? WHERE shard = ? AND owner_epoch = ?;
 
 -- name: count_bucket_pending
--- Rows with no fired_at and no fired-through mark at or after their key (v011).
-SELECT count(*), min(r.fire_at) FROM jobs_by_bucket r
-WHERE r.bucket = ? AND r.shard = ? AND (r.fire_at, r.job_id) > (?, ?) AND r.fire_at <= ? AND r.fired_at IS NULL
-  AND NOT EXISTS (SELECT 1 FROM fired_through f WHERE f.bucket = r.bucket AND f.shard = r.shard
-                  AND (f.fire_at, f.job_id) >= (r.fire_at, r.job_id));
+SELECT count(*), min(fire_at) FROM jobs_by_bucket
+WHERE bucket = ? AND shard = ? AND (fire_at, job_id) > (?, ?) AND fire_at <= ? AND fired_at IS NULL;
 
 -- name: select_fired_at
-SELECT COALESCE(r.fired_at, (SELECT f.at FROM fired_through f
-                             WHERE f.bucket = r.bucket AND f.shard = r.shard
-                               AND (f.fire_at, f.job_id) >= (r.fire_at, r.job_id)
-                             ORDER BY f.fire_at, f.job_id LIMIT 1))
-FROM jobs_by_bucket r WHERE r.bucket = ? AND r.shard = ? AND r.fire_at = ? AND r.job_id = ?;
-
--- name: insert_fired_through
-INSERT OR IGNORE INTO fired_through (bucket, shard, fire_at, job_id, at, expires_at) VALUES (?, ?, ?, ?, ?, ?);
+SELECT fired_at FROM jobs_by_bucket WHERE bucket = ? AND shard = ? AND fire_at = ? AND job_id = ?;
 
 -- name: mark_fired
 UPDATE jobs_by_bucket SET fired_at = ? WHERE bucket = ? AND shard = ? AND fire_at = ? AND job_id = ?;
@@ -173,9 +157,6 @@ DELETE FROM jobs WHERE expires_at <= ?;
 
 -- name: sweep_dead_letters
 DELETE FROM dead_letters WHERE expires_at <= ?;
-
--- name: sweep_fired_through
-DELETE FROM fired_through WHERE expires_at <= ?;
 
 -- name: sweep_replays
 DELETE FROM replays WHERE expires_at <= ?;

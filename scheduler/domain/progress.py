@@ -130,33 +130,15 @@ class ShardProgress:
         early = self._early
         return {k for k in keys if k in early} if early else set()
 
-    def prefix_with(self, completing: set[Key]) -> dict[int, Key]:
-        """The complete prefix of the rows read, as it will be once the rows at
-        ``completing`` are complete too: by bucket, the last key of that bucket inside
-        it (every row the cursor read up to that key is complete). Rows taken early and
-        not yet read by the cursor are never part of it. Changes nothing (``pop_done``
-        moves past the prefix once its outcomes are written)."""
-        out: dict[int, Key] = {}
-        for row in self._rows:
-            if not (row[_DONE] or row[_KEY] in completing):
-                break
-            out[row[_BUCKET]] = row[_KEY]
-        return out
-
-    def pop_done(self) -> None:
-        """Move past the complete rows at the front (what ``checkpoint`` saves)."""
-        rows = self._rows
-        while rows and rows[0][_DONE]:
-            row = rows.popleft()
-            self._done = (row[_BUCKET], row[_KEY])
-
     def checkpoint(self) -> Checkpoint:
         """Advance past completed rows and closed buckets; return the new checkpoint.
 
         Every bucket before the first one with an incomplete row (or, with none, before
         ``read_bucket``) is closed and complete, so it is drained.
         """
-        self.pop_done()
+        while self._rows and self._rows[0][_DONE]:
+            row = self._rows.popleft()
+            self._done = (row[_BUCKET], row[_KEY])
         first_open = self._rows[0][_BUCKET] if self._rows else self.read_bucket
         self.drained = max(self.drained, first_open - self.width_s)
         if not self._rows and self.read_cursor is not None:

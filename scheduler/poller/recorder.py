@@ -82,7 +82,6 @@ class Recorder:
             lateness.append(max(0, o.started_ms - o.job.due_ms) / 1000)
         store: Firing = core.store
         placed: list[Job] = []  # jobs flow control placed later, at their new rows
-        own, marks = self._through(batch, fired)
         try:
             # A failed attempt is checked too: its retry, written for a job its producer
             # cancelled or moved while the handler ran, would bring the job back; its
@@ -90,8 +89,8 @@ class Recorder:
             # one dead while its new row still fires.
             retired = self._retired([o.job for o in skipped if o.skip == WAIT and o.error in PLACED_BY_FLOW]
                                     + [o.job for o in failed if o.dead or o.retry_at_ms is not None])
-            if own:
-                store.record_fired(own, now)  # only those no mark covers (``_through``)
+            if fired:
+                store.record_fired(fired, now)
             for o in failed:
                 if (o.job.fire_ms, o.job.job_id) in retired:
                     continue  # cancelled or moved while its handler ran: nothing to write
@@ -111,9 +110,6 @@ class Recorder:
                     store.record_skipped(o.job, o.error or "", now)
                     if (sid := o.job.schedule_id) is not None:
                         store.add_skipped(sid, 1)
-            if marks:
-                # Last: a mark says every row up to it has its outcome written.
-                store.record_fired_through(marks, now)
         except SchedulerError as exc:
             core.store_fault.failed(f"recording {len(batch)} outcomes (kept, retried): {exc}")
             core.outcomes.put(batch)
@@ -125,52 +121,18 @@ class Recorder:
             if placed:
                 due.placed(placed)
             due.finished_many(o.job for o in batch)
-            touched = {}
             for o in batch:
                 job = o.job
                 st = shards.get(job.shard)
                 if st is not None:
                     st.running -= 1
                     st.progress.complete(job.bucket, (job.fire_ms, job.job_id))
-                    touched[job.shard] = st
-            for st in touched.values():
-                st.progress.pop_done()  # the next batch's prefix starts after these
             core.cond.notify_all()
         self._count(fired, failed, lateness)
         for o in skipped:
             if o.skip != WAIT:
                 core.metrics.recurring_skipped.labels(o.skip).inc()
         return len(batch)
-
-    def _through(self, batch: list[Outcome],
-                 fired: list[Job]) -> tuple[list[Job], list[tuple[int, int, Key]]]:
-        """Split ``fired``: the jobs that need their own ``fired_at``, and the
-        fired-through marks that record the others. A fired job is covered when, once
-        this batch is complete, every row its shard's reader read up to it is complete
-        (``ShardProgress.prefix_with``); one mark per partition, at the prefix's last key
-        there. The rest (recorded out of order behind a slower one, taken ahead of the
-        cursor, or of a shard no longer held) are marked one by one, and so is every one
-        when the store says marks are not safe (a cluster of more than one DC)."""
-        core = self.core
-        if not fired or not core.store.marks_safe():
-            return fired, []
-        keys: dict[int, set[Key]] = {}
-        for o in batch:
-            keys.setdefault(o.job.shard, set()).add((o.job.fire_ms, o.job.job_id))
-        with core.cond:
-            prefixes = {shard: st.progress.prefix_with(ks) for shard, ks in keys.items()
-                        if (st := core.shards.get(shard)) is not None}
-        if not any(prefixes.values()):
-            return fired, []
-        own: list[Job] = []
-        marks: dict[tuple[int, int], Key] = {}
-        for job in fired:
-            through = prefixes.get(job.shard, {}).get(job.bucket)
-            if through is not None and (job.fire_ms, job.job_id) <= through:
-                marks[(job.bucket, job.shard)] = through
-            else:
-                own.append(job)
-        return own, [(bucket, shard, key) for (bucket, shard), key in marks.items()]
 
     def _retired(self, jobs: list[Job]) -> set[Key]:
         """Of the rows about to be placed later (by flow control, or as a failed attempt's

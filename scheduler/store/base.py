@@ -337,22 +337,6 @@ class Store(ScheduleRows, FlowTables, ABC):
         """Set ``fired_at`` on the jobs' bucket rows, in one write per partition. A new
         owner re-reading those rows skips them; a lost write means at most a duplicate."""
 
-    def marks_safe(self) -> bool:
-        """Whether fired-through marks may record firings here: every row a reader may
-        still be sent was visible to the reads they record. True for one copy of the
-        data (the embedded store); Cassandra says False once its cluster spans more than
-        one DC, where a row written in another DC can arrive after a read passed its
-        position, and the DC catch-up must find it unfired. No I/O."""
-        return True
-
-    @abstractmethod
-    def record_fired_through(self, marks: Sequence[tuple[int, int, Key]], fired_ms: int) -> None:
-        """Write fired-through marks: for each ``(bucket, shard, key)``, every row of that
-        partition up to ``key`` that has no ``fired_at`` reads as fired at ``fired_ms``
-        from now on (``derive_fired``; call it only once every row the reader read up to
-        ``key`` has its outcome recorded). Marks are only added, never moved back. A lost
-        write means at most duplicates (a new owner fires those rows again)."""
-
     @abstractmethod
     def record_retry(self, old: Job, new: Job, error: str, now_ms: int) -> None:
         """Mark ``old``'s row fired, write the retry's bucket row and point the lookup row

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..domain.flow import DEFAULT_PRIORITY, PRIORITIES
@@ -76,24 +76,32 @@ def job_from_bucket_row(row: Any, to_ms: Any = int) -> Job:
                None if traceparent is None else stored_traceparent(traceparent))
 
 
-def derive_fired(rows: list[Job], marks: Sequence[tuple[int, str, int]]) -> list[Job]:
-    """``rows`` (one partition's, in key order) with the fired-through marks applied: a
-    row with no ``fired_at`` at or before a mark's key is fired, at the ``at`` of the
-    first mark at or after it. ``marks``: ``(fire_ms, job_id, at_ms)`` of that partition
-    in key order, at least every one at or after the first row with no ``fired_at``."""
-    if not marks:
+def fired_keys(batches: Iterable[Sequence[Any]],
+               upto: tuple[int, str] | None = None) -> dict[tuple[int, str], int]:
+    """When each listed row fired, by key ``(fire_ms, job_id)``, from rows of Cassandra's
+    ``fired_batches`` (``select_fired_batches_from``: at, first fire, first id, fire
+    times, ids): the latest ``at`` of the batches listing it (a retried write lists a
+    row twice). Batches whose first key is after ``upto`` are skipped unread."""
+    out: dict[tuple[int, str], int] = {}
+    for at, first_fire, first_id, fires, ids in batches:
+        if upto is not None and (int(first_fire), first_id) > upto:
+            continue
+        at = int(at)
+        for key in zip(fires or (), ids or (), strict=True):
+            if out.get(key, -1) < at:
+                out[key] = at
+    return out
+
+
+def derive_fired(rows: list[Job], fired: Mapping[tuple[int, str], int]) -> list[Job]:
+    """``rows`` with the batches of firings applied: a row with no ``fired_at`` whose key
+    ``fired`` lists (``fired_keys``) is fired at that time; every other row as read."""
+    if not fired:
         return rows
     out: list[Job] = []
-    i, n = 0, len(marks)
     for row in rows:
-        if row.fired_ms is None:
-            key = (row.fire_ms, row.job_id)
-            while i < n and (marks[i][0], marks[i][1]) < key:
-                i += 1
-            if i == n:
-                out.extend(rows[len(out):])
-                break
-            row = row.evolve(status=Status.FIRED, fired_ms=marks[i][2])
+        if row.fired_ms is None and (at := fired.get((row.fire_ms, row.job_id))) is not None:
+            row = row.evolve(status=Status.FIRED, fired_ms=at)
         out.append(row)
     return out
 

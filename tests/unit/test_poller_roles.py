@@ -95,12 +95,6 @@ class FakeStore:
     def record_fired(self, jobs: list[Job], now_ms: int) -> None:
         self._call("record_fired")
 
-    def record_fired_through(self, marks: list[tuple[int, int, Any]], now_ms: int) -> None:
-        self._call("record_fired_through")
-
-    def marks_safe(self) -> bool:
-        return True
-
     def record_retry(self, old: Job, new: Job, error: str, now_ms: int) -> None:
         self._call("record_retry")
 
@@ -335,9 +329,8 @@ def test_shutdown_finishes_in_flight_then_records_then_checkpoints_then_releases
     assert started.wait(5)
     poller.stop()
     writes = [c for c in store.calls if c not in ("read_bucket", "claim_shard")]
-    # (The reader may save checkpoints before: the cursor moves over empty buckets.) The
-    # job was read by the cursor and is the only one: a fired-through mark records it.
-    assert writes[-3:] == ["record_fired_through", "save_checkpoint", "release_shard"]
+    # (The reader may save checkpoints before: the cursor moves over empty buckets.)
+    assert writes[-3:] == ["record_fired", "save_checkpoint", "release_shard"]
     assert poller.stats.fired == 1 and poller.failure is None
 
 
@@ -356,7 +349,7 @@ def _crash_dispatch(p: Poller, store: FakeStore) -> None:
 
 
 def _crash_recorder(p: Poller, store: FakeStore) -> None:
-    store.fail["record_fired"] = store.fail["record_fired_through"] = RuntimeError("boom")
+    store.fail["record_fired"] = RuntimeError("boom")
 
 
 def _raise_boom(j: Job) -> None:
@@ -588,26 +581,3 @@ def test_a_placement_never_lands_on_a_position_the_shards_progress_still_holds()
     later = Recorder(c).retry_job(now_at, at, attempt=False)
     assert (later.fire_ms, later.bucket, later.shard) == (at + 2, bucket_of_ms(at + 2, 60), 0)
     assert later.attempts == now_at.attempts
-
-
-@pytest.mark.parametrize("safe", [True, False])
-def test_the_recorder_marks_an_in_order_prefix_once_and_the_rest_one_by_one(safe):
-    """Rows 0-2 and 4 fire; 3 is still running: one mark covers 0-2 (when the store says
-    marks are safe), and 4, recorded behind the running 3, gets its own fired_at."""
-    store = FakeStore()
-    store.marks_safe = lambda: safe  # type: ignore[method-assign]
-    written: list[Any] = []
-    store.record_fired = lambda jobs, now: written.append(("row", [j.job_id for j in jobs]))  # type: ignore
-    store.record_fired_through = lambda marks, now: written.append(("mark", marks))  # type: ignore
-    c = core(store=store)
-    jobs = [job(i, fire_ms=60_000 + i) for i in range(5)]
-    progress = ShardProgress(0, 60, Checkpoint(0))
-    progress.on_read(60, [(j.fire_ms, j.job_id) for j in jobs], full=False, issued_at_ms=61_000)
-    c.shards[0] = OwnedShard(progress, 1, Checkpoint(0), running=5)
-    c.outcomes.put([Outcome(jobs[i], True) for i in (0, 1, 2, 4)])
-    assert Recorder(c).record_outcomes() == 4
-    if safe:
-        assert written == [("row", ["j0004"]), ("mark", [(60, 0, (60_002, "j0002"))])]
-    else:
-        assert written == [("row", ["j0000", "j0001", "j0002", "j0004"])]
-    assert progress.in_flight == 1 and progress.checkpoint() == Checkpoint(0, (60_002, "j0002"))

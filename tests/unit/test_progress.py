@@ -111,25 +111,3 @@ def test_a_row_taken_early_and_done_before_the_cursor_comes_is_complete():
     p.complete(B0, early)
     p.on_read(B0, [early], full=False, issued_at_ms=ms(B0, 3))
     assert p.in_flight == 0 and p.checkpoint() == Checkpoint(B0 - W, early)
-
-
-def test_the_complete_prefix_by_bucket_counts_the_rows_about_to_complete_and_stops_at_a_gap():
-    p = ShardProgress(0, W, Checkpoint(B0 - W))
-    a = [(ms(B0, i), f"a{i}") for i in range(1, 4)]
-    p.on_read(B0, a, full=False, issued_at_ms=ms(B0 + W))  # closed: the next bucket is read
-    b = [(ms(B0 + W, i), f"b{i}") for i in range(1, 4)]
-    p.on_read(B0 + W, b, full=False, issued_at_ms=ms(B0 + W, 5))
-    assert p.prefix_with(set()) == {}
-    assert p.prefix_with({a[1]}) == {}, "a gap at the front: nothing"
-    assert p.prefix_with({a[0], a[1]}) == {B0: a[1]}
-    assert p.prefix_with({*a, b[0], b[2]}) == {B0: a[2], B0 + W: b[0]}
-    p.complete(B0, a[0])
-    assert p.prefix_with({a[1]}) == {B0: a[1]}, "rows complete before count too"
-    assert p.in_flight == 5, "changes nothing"
-    p.pop_done()
-    assert p.prefix_with(set()) == {} and p.prefix_with({a[1]}) == {B0: a[1]}
-    # A row taken ahead of the cursor is never part of the prefix until the cursor reads it.
-    early = (ms(B0 + W, 9), "e")
-    assert p.take_early(B0 + W, early)
-    p.complete(B0 + W, early)
-    assert p.prefix_with({a[1], a[2], *b}) == {B0: a[2], B0 + W: b[2]}

@@ -6,13 +6,13 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ...domain.keys import job_hash
 from ...domain.model import Job, Status
-from ...domain.progress import Key
 from ...domain.retention import ttl_s
 from ..base import DEAD_LETTER_PARTS, DeadLetter
 from ..rows import bucket_key
@@ -22,6 +22,9 @@ from .run import CqlSteps, Many, Run, dual
 
 # Bucket-row batches stay under Cassandra's default 5 KiB batch warning threshold.
 BATCH_ROWS = 50
+# Jobs listed in one row of fired_batches: about 20 KB with 30-byte ids, one cell each
+# for the two lists.
+FIRED_BATCH_ROWS = 500
 
 
 def host_ms() -> int:
@@ -40,29 +43,25 @@ class CassandraFiring:
     retention: Any
 
     def record_fired(self, jobs: Sequence[Job], fired_ms: int) -> None:
-        """One single-partition batch per (bucket, shard): one mutation for many jobs."""
-        binder = self._binder("mark_fired")
-        by_partition: dict[tuple[int, int], list[tuple[Any, ...]]] = defaultdict(list)
-        now, keep_ms = host_ms(), self.retention.jobs_s * 1000
+        """One row of ``fired_batches`` per partition and ``FIRED_BATCH_ROWS`` jobs, listing
+        them (``cql/versions/v011_fired_batches.cql``): one mutation for many jobs, and no
+        cell added to the bucket rows that every later read would merge. All rows are
+        sent concurrently; each is idempotent (its batch id is fixed before sending)."""
+        stmt = self.prepared("insert_fired_batch")
+        by_partition: dict[tuple[int, int], list[tuple[int, str]]] = defaultdict(list)
         for job in jobs:
-            by_partition[(job.bucket, job.shard)].append(
-                (ttl_s(job.fire_ms + keep_ms, now), fired_ms, job.bucket, job.shard, job.fire_ms, job.job_id))
-        writes: list[tuple[Any, Any]] = []
-        for group in by_partition.values():
-            for i in range(0, len(group), BATCH_ROWS):
-                part = group[i:i + BATCH_ROWS]
-                if len(part) == 1:
-                    writes.append((binder.stmt, part[0]))
-                else:
-                    writes.append((binder.batch(part), None))
-        self._concurrent(writes, f"recording {len(jobs)} fired jobs")
-
-    def record_fired_through(self, marks: Sequence[tuple[int, int, Key]], fired_ms: int) -> None:
-        """One small row per mark, all concurrently (each its own partition's)."""
-        stmt = self.prepared("insert_fired_through")
+            by_partition[(job.bucket, job.shard)].append((job.fire_ms, job.job_id))
         now, keep_ms = host_ms(), self.retention.jobs_s * 1000
-        self._concurrent([(stmt, (b, s, f, j, fired_ms, ttl_s(f + keep_ms, now))) for b, s, (f, j) in marks],
-                         f"recording {len(marks)} fired-through marks")
+        writes: list[tuple[Any, Any]] = []
+        for (bucket, shard), keys in by_partition.items():
+            keys.sort()
+            for i in range(0, len(keys), FIRED_BATCH_ROWS):
+                part = keys[i:i + FIRED_BATCH_ROWS]
+                (first_fire, first_id), (last_fire, last_id) = part[0], part[-1]
+                writes.append((stmt, (bucket, shard, last_fire, last_id, uuid.uuid4(), first_fire, first_id,
+                                      fired_ms, [f for f, _ in part], [j for _, j in part],
+                                      ttl_s(last_fire + keep_ms, now))))
+        self._concurrent(writes, f"recording {len(jobs)} fired jobs")
 
     def record_retry(self, old: Job, new: Job, error: str, now_ms: int) -> None:
         # The lookup row is rewritten whole: a cell left out would keep the old TTL.

@@ -25,7 +25,7 @@ from ..base import (
     Store,
     with_fired,
 )
-from ..rows import bucket_key, derive_fired, job_from_row, jobs_from_bucket_rows
+from ..rows import bucket_key, derive_fired, fired_keys, job_from_row, jobs_from_bucket_rows
 from .bind import FastBinder, bucket_params, bucket_writes, done_bucket_params, job_params
 from .conf import READ_GROUP, CassandraUrl, dt_ms, prepare_failed, translate
 from .connect import connect
@@ -128,12 +128,15 @@ class CassandraStore(CassandraAsync, CassandraSchema, CassandraFiring, Cassandra
         results = yield Many([(stmt, bucket_key(j)) for j in jobs], "reading job status")
         out = {job.job_id: dt_ms(rows[0][0]) for job, rows in zip(jobs, results, strict=True)
                if rows and rows[0][0] is not None}
-        # A row with no fired_at may be covered by a fired-through mark (one read each).
+        # A row with no fired_at may be listed by a batch of firings (one read each).
         unmarked = [j for j, rows in zip(jobs, results, strict=True) if rows and j.job_id not in out]
         if unmarked:
-            first = self.prepared("select_fired_through_first")
-            found = yield Many([(first, bucket_key(j)) for j in unmarked], "reading job status")
-            out.update((j.job_id, int(rows[0][0])) for j, rows in zip(unmarked, found, strict=True) if rows)
+            batches = self.prepared("select_fired_batches_from")
+            found = yield Many([(batches, bucket_key(j)) for j in unmarked], "reading job status")
+            for j, rows in zip(unmarked, found, strict=True):
+                key = (j.fire_ms, j.job_id)
+                if (at := fired_keys(rows, key).get(key)) is not None:
+                    out[j.job_id] = at
         return out
 
     @dual
@@ -167,8 +170,8 @@ class CassandraStore(CassandraAsync, CassandraSchema, CassandraFiring, Cassandra
     @dual
     def read_buckets(self, parts: Sequence[PartRange], limit: int) -> CqlSteps[list[list[Job]]]:
         """Each range's rows, then, for the ranges holding rows with no ``fired_at``, the
-        fired-through marks from the first of those on (a second round, only then: a
-        poll of rows already fired, or of none, costs one read)."""
+        batches of firings that can list them (a second round, only then: a poll of rows
+        already fired, or of none, costs one read)."""
         stmt = self.prepared("select_bucket_rows")
         items = []
         for bucket, shard, after, until_ms in parts:
@@ -177,36 +180,37 @@ class CassandraStore(CassandraAsync, CassandraSchema, CassandraFiring, Cassandra
         what = f"reading {len(items)} bucket ranges" if len(items) > 1 else (
             f"reading bucket {parts[0][0]} shard {parts[0][1]}" if parts else "reading bucket ranges")
         out = [jobs_from_bucket_rows(rows, dt_ms) for rows in (yield Many(items, what))]
-        marks_from = self.prepared("select_fired_through_from")
-        todo = []
-        for i, jobs in enumerate(out):
-            first = next((j for j in jobs if j.fired_ms is None), None)
-            if first is not None:
-                todo.append((i, (marks_from, (first.bucket, first.shard, first.fire_ms, first.job_id))))
+        todo = [(i, first) for i, jobs in enumerate(out)
+                if (first := next((j for j in jobs if j.fired_ms is None), None)) is not None]
         if todo:
-            marks = yield Many([item for _, item in todo], what)
-            for (i, _), found in zip(todo, marks, strict=True):
-                if found:
-                    out[i] = derive_fired(out[i], [(int(f), j, int(a)) for f, j, a in found])
+            batches = self.prepared("select_fired_batches_from")
+            found = yield Many([(batches, bucket_key(first)) for _, first in todo], what)
+            for (i, _), rows in zip(todo, found, strict=True):
+                if rows:
+                    last = out[i][-1]
+                    out[i] = derive_fired(out[i], fired_keys(rows, (last.fire_ms, last.job_id)))
         return out
 
     def pending(self, parts: Sequence[PartRange]) -> list[tuple[int, int | None]]:
-        """Rows with no ``fired_at`` after each partition's last fired-through mark (read
-        together with the rows: both in one concurrent round)."""
-        stmt, last = self.prepared("select_bucket_fired"), self.prepared("select_fired_through_last")
-        items: list[tuple[Any, tuple[Any, ...]]] = []
+        """Rows with no ``fired_at`` that no batch of firings lists: the rows first, then
+        the batches from the first such row of each range on (as ``read_buckets``)."""
+        stmt = self.prepared("select_bucket_fired")
+        items = []
         for bucket, shard, after, until_ms in parts:
             fire_ms, job_id = after if after is not None else (bucket * 1000 - 1, "")
             items.append((stmt, (bucket, shard, fire_ms, job_id, until_ms)))
-            items.append((last, (bucket, shard)))
         found = self._concurrent(items, "counting due jobs")
-        out: list[tuple[int, int | None]] = []
-        for rows, mark in zip(found[0::2], found[1::2], strict=True):
-            through = (int(mark[0][0]), mark[0][1]) if mark else None
-            waiting = [int(f) for fired, f, j in rows
-                       if fired is None and (through is None or (int(f), j) > through)]
-            out.append((len(waiting), waiting[0] if waiting else None))
-        return out
+        waiting = [[(int(f), j) for fired, f, j in rows if fired is None] for rows in found]
+        todo = [i for i, keys in enumerate(waiting) if keys]
+        if todo:
+            batches = self.prepared("select_fired_batches_from")
+            listed = self._concurrent([(batches, (parts[i][0], parts[i][1], *waiting[i][0])) for i in todo],
+                                      "counting due jobs")
+            for i, rows in zip(todo, listed, strict=True):
+                if rows:
+                    fired = fired_keys(rows, waiting[i][-1])
+                    waiting[i] = [k for k in waiting[i] if k not in fired]
+        return [(len(keys), keys[0][0] if keys else None) for keys in waiting]
 
     @dual
     def insert_many(self, jobs: Sequence[Job], progress: ProgressFn | None = None) -> CqlSteps[None]:
@@ -335,11 +339,6 @@ class CassandraStore(CassandraAsync, CassandraSchema, CassandraFiring, Cassandra
         row = rs.one()
         values = dict(zip(rs.column_names, row, strict=False))
         return bool(values.pop("[applied]")), values
-
-    def marks_safe(self) -> bool:
-        """See ``Store.marks_safe``: one DC among the nodes the driver knows (a read at
-        LOCAL_QUORUM there sees every write acknowledged at LOCAL_QUORUM)."""
-        return len({h.datacenter for h in self._cluster.metadata.all_hosts()}) <= 1
 
     def peers_down(self) -> int:
         """Nodes of other DCs that the driver holds down (Cassandra's status events, sent

@@ -1,5 +1,7 @@
-"""The embedded store's poller-side writes: firings, fired-through marks, retries and dead
-letters (a mixin of ``SqliteStore``, which provides ``_tx`` and ``retention``)."""
+"""The embedded store's poller-side writes: firings, retries and dead letters (a mixin of
+``SqliteStore``, which provides ``_tx`` and ``retention``). Each firing sets its row's
+``fired_at``: one local write per row costs little here (Cassandra records firings in
+batches, ``cql/versions/v011_fired_batches.cql``)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,6 @@ from typing import Any
 
 from ...domain.keys import job_hash
 from ...domain.model import Job, Status
-from ...domain.progress import Key
 from .. import queries
 from ..base import DEAD_LETTER_PARTS
 from ..rows import bucket_key, bucket_params, job_params
@@ -31,12 +32,6 @@ class SqliteFiring:
         with self._tx() as db:
             db.executemany(_q("mark_fired"), [(fired_ms, *bucket_key(j)) for j in jobs])
 
-    def record_fired_through(self, marks: Sequence[tuple[int, int, Key]], fired_ms: int) -> None:
-        after = self.retention.after_fire_ms
-        with self._tx() as db:
-            db.executemany(_q("insert_fired_through"),
-                           [(b, s, f, j, fired_ms, after(f)) for b, s, (f, j) in marks])
-
     def record_retry(self, old: Job, new: Job, error: str, now_ms: int) -> None:
         expiry = self.retention.after_fire_ms(new.fire_ms)
         retry = new.evolve(status=Status.PENDING, last_error=error, fired_ms=now_ms)
@@ -54,4 +49,3 @@ class SqliteFiring:
             db.execute(_q("insert_dead_letter"), (job_hash(job.job_id) % DEAD_LETTER_PARTS, job.job_id,
                                                   job.kind, job.due_ms, job.attempts + 1, error, now_ms,
                                                   ret.dead_letter_ms(host)))
-

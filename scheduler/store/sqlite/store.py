@@ -52,7 +52,7 @@ from .schedules import SqliteSchedules
 
 # Expired rows are deleted at most this often, by whichever call comes first.
 SWEEP_EVERY_S = 1.0
-SWEEPS = ("sweep_bucket_rows", "sweep_jobs", "sweep_dead_letters", "sweep_replays", "sweep_fired_through")
+SWEEPS = ("sweep_bucket_rows", "sweep_jobs", "sweep_dead_letters", "sweep_replays")
 # How long a nudge address is kept unless written again (the Cassandra table's TTL).
 NOTIFY_TTL_MS = 120_000
 

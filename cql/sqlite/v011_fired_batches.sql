@@ -1,0 +1,3 @@
+-- v011: nothing for the embedded store. Cassandra records firings in batches from this
+-- version on (see cql/versions/v011_fired_batches.cql); the embedded store goes on
+-- setting each fired row's fired_at, one local write per row.
