@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 import time
 from typing import Any
 
@@ -47,6 +48,11 @@ def connect(cfg: CassandraUrl, sec: CassandraSecurity, *, request_timeout_s: flo
                 execution_profiles={EXEC_PROFILE_DEFAULT: profile}, connect_timeout=connect_timeout_s,
                 reconnection_policy=reconnection_policy(), auth_provider=sec.auth_provider(cfg.user),
                 ssl_context=sec.tls.context() if sec.tls is not None else None,
+                # Nagle's algorithm held each request behind the ACK of the one before
+                # (Linux delays an ACK up to 40 ms): 48 ms per round of concurrent
+                # writes, measured, against 5 ms without. The driver leaves it on by
+                # default and documents this option (Cluster.sockopts).
+                sockopts=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
             )
         except UnresolvableContactPoints:  # raised before anything is opened
             raise StoreUnavailable(
