@@ -10,8 +10,8 @@ bare driver loops over the same rows, each on its own copy of the data:
   the time is reading, and how much recording).
 
 Paired rounds; each ratio is the median of the per-round ratios. Goal: poller over the
-read-and-mark loop >= 1.0 (the poller records most firings with fired-through marks, less
-than that loop writes), and >= 5,000 jobs/s.
+read-and-mark loop >= 1.0 (the poller records firings in batches that list them, one
+row per partition and batch, where that loop writes a cell per job), and >= 5,000 jobs/s.
 
     .venv/bin/python -m bench.poller --only fire_throughput [--fire-jobs N] [--fire-rounds R]
 """

@@ -117,8 +117,9 @@ def bucket_rows(store: RowReads, bucket: int, shard: int | None, limit: int = 10
     out: list[Job] = []
     for s in shards:
         out.extend(store.read_bucket(bucket, s, after, end_ms, limit))
-    # A cancelled job's row is retired (marked done), not deleted: its lookup row says why.
-    done = store.get_many([j.job_id for j in out if j.fired_ms is not None])
+    # A cancelled job's row is retired (marked done), not deleted: its lookup row says why
+    # (the lookup rows as stored: the bucket rows read already say what fired).
+    done = store.lookup_rows([j.job_id for j in out if j.fired_ms is not None])
 
     def cancelled(j: Job) -> bool:
         d = done.get(j.job_id)

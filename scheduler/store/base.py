@@ -207,7 +207,8 @@ class Store(ScheduleRows, FlowTables, ABC):
 
     @abstractmethod
     def _fired_at(self, jobs: Sequence[Job]) -> dict[str, int]:
-        """``fired_at`` of these jobs' bucket rows, for those that have one."""
+        """When these jobs' bucket rows fired, for those that did: their ``fired_at``, or
+        (Cassandra) the time of a batch of firings that lists them."""
 
     def get(self, job_id: str) -> Job | None:
         """The job with its derived status, or None."""
@@ -334,8 +335,10 @@ class Store(ScheduleRows, FlowTables, ABC):
 
     @abstractmethod
     def record_fired(self, jobs: Sequence[Job], fired_ms: int) -> None:
-        """Set ``fired_at`` on the jobs' bucket rows, in one write per partition. A new
-        owner re-reading those rows skips them; a lost write means at most a duplicate."""
+        """Record the jobs' bucket rows as fired at ``fired_ms``: ``fired_at`` on each row
+        (embedded store), or rows of ``fired_batches`` listing them (Cassandra), a few writes
+        per partition either way. A new owner re-reading those rows skips them; a lost write
+        means at most a duplicate."""
 
     @abstractmethod
     def record_retry(self, old: Job, new: Job, error: str, now_ms: int) -> None:

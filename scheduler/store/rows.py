@@ -83,13 +83,20 @@ def fired_keys(batches: Iterable[Sequence[Any]],
     times, ids): the latest ``at`` of the batches listing it (a retried write lists a
     row twice). Batches whose first key is after ``upto`` are skipped unread."""
     out: dict[tuple[int, str], int] = {}
-    for at, first_fire, first_id, fires, ids in batches:
-        if upto is not None and (int(first_fire), first_id) > upto:
+    for batch in batches:
+        try:
+            at, first_fire, first_id, fires, ids = batch
+            if upto is not None and (int(first_fire), first_id) > upto:
+                continue
+            listed = dict.fromkeys(zip(map(int, fires), map(str, ids), strict=True), int(at))
+        except (TypeError, ValueError):
+            # A row not written by a poller (by hand, or damaged): its rows read as pending,
+            # which costs at most a duplicate; failing every read of the partition would
+            # stop its shard.
             continue
-        at = int(at)
-        for key in zip(fires or (), ids or (), strict=True):
-            if out.get(key, -1) < at:
-                out[key] = at
+        for key, when in listed.items():
+            if out.get(key, -1) < when:
+                out[key] = when
     return out
 
 

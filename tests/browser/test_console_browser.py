@@ -250,12 +250,28 @@ def _confirm(browser: Any, question: str) -> None:
 
 
 def _done(browser: Any, text: str, where: str) -> None:
+    """Wait for the page that says ``text`` in its banner. The page the click was made on
+    may have a banner too (the previous action's): waiting for any banner raced the
+    navigation, and read the old one as it went stale."""
+    from selenium.common.exceptions import (
+        NoSuchElementException,
+        StaleElementReferenceException,
+        TimeoutException,
+    )
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
-    WebDriverWait(browser, 10).until(ec.presence_of_element_located((By.ID, "done")))
-    assert browser.find_element(By.ID, "done").text == text, where
+    def shown(b: Any) -> bool:
+        try:
+            return bool(b.find_element(By.ID, "done").text == text)
+        except (NoSuchElementException, StaleElementReferenceException):
+            return False
+
+    try:
+        WebDriverWait(browser, 10).until(shown)
+    except TimeoutException:
+        seen = [e.text for e in browser.find_elements(By.ID, "done")]
+        raise AssertionError(f"{where}: no banner {text!r}; the page shows {seen}") from None
     _untouched(browser, where)
 
 

@@ -1,4 +1,6 @@
-"""Fast batch binding for the hot write of a poller: ``mark_fired``, once per job.
+"""Fast batch binding for many rows of one statement: once the poller's ``mark_fired``,
+once per job (before schema v011 recorded firings in batches); now the baseline loops of
+``bench/fire.py`` and any single-partition batch of one prepared statement.
 
 The driver's ``BatchStatement.add(prepared, params)`` builds a full ``BoundStatement``
 per row: a column descriptor per value, an encryption-policy lookup, and for an ``int``

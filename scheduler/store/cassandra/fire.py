@@ -27,6 +27,9 @@ BATCH_ROWS = 50
 # Jobs listed in one row of fired_batches: about 20 KB with 30-byte ids, one cell each
 # for the two lists.
 FIRED_BATCH_ROWS = 500
+# The most fire time one row of fired_batches spans (its first to its last key): a read
+# for the keys up to a time T needs only the rows that end by T plus this.
+FIRED_BATCH_SPAN_MS = 10_000
 # Batch ids: this process's random 64 bits, then a counter. Unique without a random draw
 # per row (uuid4 reads the OS's random source each time: 2 % of a draining poller's CPU).
 class _Ids:
@@ -58,6 +61,17 @@ def batch_id() -> uuid.UUID:
     return _IDS.next()
 
 
+def _spans(keys: list[tuple[int, str]]) -> list[list[tuple[int, str]]]:
+    """Sorted ``keys`` cut into rows of ``fired_batches``: at most ``FIRED_BATCH_ROWS``
+    keys, spanning at most ``FIRED_BATCH_SPAN_MS`` of fire time each."""
+    out: list[list[tuple[int, str]]] = []
+    for key in keys:
+        if not out or len(out[-1]) >= FIRED_BATCH_ROWS or key[0] - out[-1][0][0] > FIRED_BATCH_SPAN_MS:
+            out.append([])
+        out[-1].append(key)
+    return out
+
+
 class CassandraFiring:
     prepared: Any
     _binder: Any
@@ -69,10 +83,11 @@ class CassandraFiring:
     retention: Any
 
     def record_fired(self, jobs: Sequence[Job], fired_ms: int) -> None:
-        """One row of ``fired_batches`` per partition and ``FIRED_BATCH_ROWS`` jobs, listing
-        them (``cql/versions/v011_fired_batches.cql``): one mutation for many jobs, and no
-        cell added to the bucket rows that every later read would merge. All rows are
-        sent concurrently; each is idempotent (its batch id is fixed before sending)."""
+        """Rows of ``fired_batches`` listing the jobs (``cql/versions/v011_fired_batches.cql``):
+        per partition, at most ``FIRED_BATCH_ROWS`` jobs within ``FIRED_BATCH_SPAN_MS`` of
+        fire time a row. One mutation for many jobs, and no cell added to the bucket rows
+        that every later read would merge. All rows are sent concurrently; each is
+        idempotent (its batch id is fixed before sending)."""
         stmt = self.prepared("insert_fired_batch")
         by_partition: dict[tuple[int, int], list[tuple[int, str]]] = defaultdict(list)
         for job in jobs:
@@ -81,8 +96,7 @@ class CassandraFiring:
         writes: list[tuple[Any, Any]] = []
         for (bucket, shard), keys in by_partition.items():
             keys.sort()
-            for i in range(0, len(keys), FIRED_BATCH_ROWS):
-                part = keys[i:i + FIRED_BATCH_ROWS]
+            for part in _spans(keys):
                 (first_fire, first_id), (last_fire, last_id) = part[0], part[-1]
                 writes.append((stmt, (bucket, shard, last_fire, last_id, batch_id(), first_fire, first_id,
                                       fired_ms, [f for f, _ in part], [j for _, j in part],

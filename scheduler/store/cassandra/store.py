@@ -29,7 +29,7 @@ from ..rows import bucket_key, derive_fired, fired_keys, job_from_row, jobs_from
 from .bind import FastBinder, bucket_params, bucket_writes, done_bucket_params, job_params
 from .conf import READ_GROUP, CassandraUrl, dt_ms, prepare_failed, translate
 from .connect import connect
-from .fire import BATCH_ROWS, CassandraFiring, host_ms
+from .fire import BATCH_ROWS, FIRED_BATCH_SPAN_MS, CassandraFiring, host_ms
 from .flow import CassandraFlow
 from .owner import CassandraOwnership
 from .replays import CassandraReplays
@@ -132,7 +132,8 @@ class CassandraStore(CassandraAsync, CassandraSchema, CassandraFiring, Cassandra
         unmarked = [j for j, rows in zip(jobs, results, strict=True) if rows and j.job_id not in out]
         if unmarked:
             batches = self.prepared("select_fired_batches_from")
-            found = yield Many([(batches, bucket_key(j)) for j in unmarked], "reading job status")
+            ranges = [(batches, (*bucket_key(j), j.fire_ms + FIRED_BATCH_SPAN_MS)) for j in unmarked]
+            found = yield Many(ranges, "reading job status")
             for j, rows in zip(unmarked, found, strict=True):
                 key = (j.fire_ms, j.job_id)
                 if (at := fired_keys(rows, key).get(key)) is not None:
@@ -184,7 +185,8 @@ class CassandraStore(CassandraAsync, CassandraSchema, CassandraFiring, Cassandra
                 if (first := next((j for j in jobs if j.fired_ms is None), None)) is not None]
         if todo:
             batches = self.prepared("select_fired_batches_from")
-            found = yield Many([(batches, bucket_key(first)) for _, first in todo], what)
+            found = yield Many([(batches, (*bucket_key(first), out[i][-1].fire_ms + FIRED_BATCH_SPAN_MS))
+                                for i, first in todo], what)
             for (i, _), rows in zip(todo, found, strict=True):
                 if rows:
                     last = out[i][-1]
@@ -204,7 +206,8 @@ class CassandraStore(CassandraAsync, CassandraSchema, CassandraFiring, Cassandra
         todo = [i for i, keys in enumerate(waiting) if keys]
         if todo:
             batches = self.prepared("select_fired_batches_from")
-            listed = self._concurrent([(batches, (parts[i][0], parts[i][1], *waiting[i][0])) for i in todo],
+            listed = self._concurrent([(batches, (parts[i][0], parts[i][1], *waiting[i][0],
+                                                  waiting[i][-1][0] + FIRED_BATCH_SPAN_MS)) for i in todo],
                                       "counting due jobs")
             for i, rows in zip(todo, listed, strict=True):
                 if rows:

@@ -47,3 +47,10 @@ def test_a_row_is_fired_exactly_when_a_batch_lists_it_at_the_latest_time(row_key
         times = [at for at, ks in batches if (r.fire_ms, r.job_id) in ks]
         assert o.fired_ms == (max(times) if times else None)
         assert o.status is (Status.FIRED if times else Status.PENDING)
+
+
+def test_a_malformed_batch_row_is_skipped_and_its_rows_read_as_pending():
+    good = batch(5, (1, "a"))
+    bad = [(7, 1, "b", [2, 3], ["b"]), (None, 1, "c", [4], ["c"]), (7, None, "d", [5], ["d"]),
+           (7, 1, "e", None, None), (7, 1)]
+    assert fired_keys([good, *bad], upto=(100, "")) == {(1, "a"): 5}
