@@ -1,5 +1,5 @@
 """The Cassandra store's poller-side writes: firings, retries, dead letters (a mixin of
-``CassandraStore``, which provides ``prepared``, ``_binder``, ``_batch``, ``_concurrent``,
+``CassandraStore``, which provides ``prepared``, ``_batch``, ``_concurrent``,
 ``run``, ``job_ttl`` and ``retention``). Every write carries the TTL of its row (see
 ``cql/versions/v003_retention.cql``)."""
 
@@ -30,11 +30,12 @@ FIRED_BATCH_ROWS = 500
 # The most fire time one row of fired_batches spans (its first to its last key): a read
 # for the keys up to a time T needs only the rows that end by T plus this.
 FIRED_BATCH_SPAN_MS = 10_000
-# Batch ids: this process's random 64 bits, then a counter. Unique without a random draw
-# per row (uuid4 reads the OS's random source each time: 2 % of a draining poller's CPU).
+
+
 class _Ids:
-    """This process's random 64 bits, then a counter; a forked child draws its own
-    prefix (it must not repeat its parent's ids)."""
+    """Batch ids: this process's random 64 bits, then a counter. Unique without a random
+    draw per row (uuid4 reads the OS's random source each time: 2 % of a draining poller's
+    CPU); a forked child draws its own prefix (it must not repeat its parent's ids)."""
 
     def __init__(self) -> None:
         self.reseed()
@@ -74,7 +75,6 @@ def _spans(keys: list[tuple[int, str]]) -> list[list[tuple[int, str]]]:
 
 class CassandraFiring:
     prepared: Any
-    _binder: Any
     _batch: Any
     _concurrent: Any
     run: Any

@@ -26,7 +26,7 @@ from ..base import (
     with_fired,
 )
 from ..rows import bucket_key, derive_fired, fired_keys, job_from_row, jobs_from_bucket_rows
-from .bind import FastBinder, bucket_params, bucket_writes, done_bucket_params, job_params
+from .bind import bucket_params, bucket_writes, done_bucket_params, job_params
 from .conf import READ_GROUP, CassandraUrl, dt_ms, prepare_failed, translate
 from .connect import connect
 from .fire import BATCH_ROWS, FIRED_BATCH_SPAN_MS, CassandraFiring, host_ms
@@ -62,7 +62,6 @@ class CassandraStore(CassandraAsync, CassandraSchema, CassandraFiring, Cassandra
             self.cfg, security if security is not None else CassandraSecurity(),
             request_timeout_s=request_timeout_s, connect_timeout_s=connect_timeout_s)
         self._prepared: dict[str, Any] = {}
-        self._binders: dict[str, FastBinder] = {}
         self._lock = threading.Lock()
 
     # --- plumbing --------------------------------------------------------------------
@@ -108,12 +107,6 @@ class CassandraStore(CassandraAsync, CassandraSchema, CassandraFiring, Cassandra
         elif text.lstrip().upper().startswith("SELECT"):
             stmt.consistency_level = ConsistencyLevel.name_to_value[self.cfg.read_cl]
 
-    def _binder(self, name: str) -> FastBinder:
-        binder = self._binders.get(name)
-        if binder is None:
-            binder = self._binders[name] = FastBinder(self.prepared(name))
-        return binder
-
     def run(self, name: str, params: Sequence[Any] = (), what: str | None = None) -> list[Any]:
         try:
             return list(self.session.execute(self.prepared(name), params))
@@ -131,9 +124,8 @@ class CassandraStore(CassandraAsync, CassandraSchema, CassandraFiring, Cassandra
         # A row with no fired_at may be listed by a batch of firings (one read each).
         unmarked = [j for j, rows in zip(jobs, results, strict=True) if rows and j.job_id not in out]
         if unmarked:
-            batches = self.prepared("select_fired_batches_from")
-            ranges = [(batches, (*bucket_key(j), j.fire_ms + FIRED_BATCH_SPAN_MS)) for j in unmarked]
-            found = yield Many(ranges, "reading job status")
+            found = yield Many([self._listings(j.bucket, j.shard, (j.fire_ms, j.job_id), j.fire_ms)
+                                for j in unmarked], "reading job status")
             for j, rows in zip(unmarked, found, strict=True):
                 key = (j.fire_ms, j.job_id)
                 if (at := fired_keys(rows, key).get(key)) is not None:
@@ -164,6 +156,13 @@ class CassandraStore(CassandraAsync, CassandraSchema, CassandraFiring, Cassandra
     def get(self, job_id: str) -> CqlSteps[Job | None]:
         return (yield from self.get_many.steps(self, [job_id])).get(job_id)  # type: ignore[attr-defined,no-any-return]
 
+    def _listings(self, bucket: int, shard: int, first: tuple[int, str], last_ms: int) -> tuple[Any, Any]:
+        """The read of the batches of firings that can list a row of the partition from the
+        key ``first`` to the fire time ``last_ms`` (those ending in that range, or at most a
+        batch's span after it)."""
+        return (self.prepared("select_fired_batches_from"),
+                (bucket, shard, *first, last_ms + FIRED_BATCH_SPAN_MS))
+
     def read_bucket(self, bucket: int, shard: int, after: tuple[int, str] | None,
                     until_ms: int, limit: int) -> list[Job]:
         return self.read_buckets([(bucket, shard, after, until_ms)], limit)[0]
@@ -178,15 +177,14 @@ class CassandraStore(CassandraAsync, CassandraSchema, CassandraFiring, Cassandra
         for bucket, shard, after, until_ms in parts:
             fire_ms, job_id = after if after is not None else (bucket * 1000 - 1, "")
             items.append((stmt, (bucket, shard, fire_ms, job_id, until_ms, limit)))
-        what = f"reading {len(items)} bucket ranges" if len(items) > 1 else (
-            f"reading bucket {parts[0][0]} shard {parts[0][1]}" if parts else "reading bucket ranges")
+        what = f"reading bucket {parts[0][0]} shard {parts[0][1]}" if len(parts) == 1 else (
+            f"reading {len(parts)} bucket ranges")
         out = [jobs_from_bucket_rows(rows, dt_ms) for rows in (yield Many(items, what))]
         todo = [(i, first) for i, jobs in enumerate(out)
                 if (first := next((j for j in jobs if j.fired_ms is None), None)) is not None]
         if todo:
-            batches = self.prepared("select_fired_batches_from")
-            found = yield Many([(batches, (*bucket_key(first), out[i][-1].fire_ms + FIRED_BATCH_SPAN_MS))
-                                for i, first in todo], what)
+            found = yield Many([self._listings(first.bucket, first.shard, (first.fire_ms, first.job_id),
+                                               out[i][-1].fire_ms) for i, first in todo], what)
             for (i, _), rows in zip(todo, found, strict=True):
                 if rows:
                     last = out[i][-1]
@@ -205,10 +203,8 @@ class CassandraStore(CassandraAsync, CassandraSchema, CassandraFiring, Cassandra
         waiting = [[(int(f), j) for fired, f, j in rows if fired is None] for rows in found]
         todo = [i for i, keys in enumerate(waiting) if keys]
         if todo:
-            batches = self.prepared("select_fired_batches_from")
-            listed = self._concurrent([(batches, (parts[i][0], parts[i][1], *waiting[i][0],
-                                                  waiting[i][-1][0] + FIRED_BATCH_SPAN_MS)) for i in todo],
-                                      "counting due jobs")
+            reads = [self._listings(parts[i][0], parts[i][1], waiting[i][0], waiting[i][-1][0]) for i in todo]
+            listed = self._concurrent(reads, "counting due jobs")
             for i, rows in zip(todo, listed, strict=True):
                 if rows:
                     fired = fired_keys(rows, waiting[i][-1])

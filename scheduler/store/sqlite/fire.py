@@ -20,7 +20,8 @@ def _q(name: str) -> str:
     return queries.named("sqlite/queries.sql")[name]
 
 
-def _host_ms() -> int:
+def host_ms() -> int:
+    """This host's clock, in ms: the retention's expiries are counted from it."""
     return time.time_ns() // 1_000_000
 
 
@@ -41,7 +42,7 @@ class SqliteFiring:
             db.execute(_q("insert_job"), (*job_params(retry), expiry))
 
     def record_dead(self, job: Job, error: str, now_ms: int) -> None:
-        ret, host = self.retention, _host_ms()
+        ret, host = self.retention, host_ms()
         dead = job.evolve(status=Status.DEAD, attempts=job.attempts + 1, last_error=error, fired_ms=now_ms)
         with self._tx() as db:
             db.execute(_q("mark_fired"), (now_ms, *bucket_key(job)))

@@ -44,7 +44,7 @@ from ..rows import (
     retention_of,
 )
 from .errors import busy, store_error, sweep_expired
-from .fire import SqliteFiring
+from .fire import SqliteFiring, host_ms
 from .flow import SqliteFlow
 from .opened import OpenedFile
 from .replays import SqliteReplays
@@ -55,10 +55,6 @@ SWEEP_EVERY_S = 1.0
 SWEEPS = ("sweep_bucket_rows", "sweep_jobs", "sweep_dead_letters", "sweep_replays")
 # How long a nudge address is kept unless written again (the Cassandra table's TTL).
 NOTIFY_TTL_MS = 120_000
-
-
-def _host_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _q(name: str) -> str:
@@ -165,7 +161,7 @@ class SqliteStore(SqliteFiring, SqliteReplays, SqliteSchedules, SqliteFlow, Stor
         if now < self._next_sweep:
             return
         self._next_sweep = now + SWEEP_EVERY_S
-        sweep_expired(self._db, [_q(name) for name in SWEEPS], _host_ms(), BUSY_TIMEOUT_S)
+        sweep_expired(self._db, [_q(name) for name in SWEEPS], host_ms(), BUSY_TIMEOUT_S)
 
     # --- schema ------------------------------------------------------------------------
 
@@ -308,7 +304,7 @@ class SqliteStore(SqliteFiring, SqliteReplays, SqliteSchedules, SqliteFlow, Stor
             self._move_in(db, old, new)
 
     def cancel(self, job: Job) -> None:
-        now = _host_ms()
+        now = host_ms()
         expiry = self.retention.after_event_ms(now)
         with self._tx() as db:
             db.execute(_q("insert_bucket_row_full"), (*done_bucket_params(job, now), expiry))
