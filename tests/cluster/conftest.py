@@ -78,6 +78,20 @@ def node_dcs() -> dict[str, str]:
         cl.shutdown()
 
 
+def wait_all_known(timeout: float = 60) -> dict[str, str]:
+    """``node_dcs()`` once it names all three nodes, or as it stands after ``timeout``.
+
+    Gossip (what nodetool shows) runs ahead of ``system.peers`` (what the driver reads):
+    a node just seen Up and Normal can still be missing from its peers' tables for a
+    moment, so a single read can name two nodes of a healthy cluster."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = node_dcs()
+        if set(found) >= set(NODES) or time.monotonic() >= deadline:
+            return found
+        time.sleep(1)
+
+
 def require_layout(dcs: int) -> str:
     """The cluster's hosts once all three nodes are up, settled, and in the ``dcs`` layout;
     skips (fails in CI) otherwise."""
@@ -87,7 +101,7 @@ def require_layout(dcs: int) -> str:
     # An open native port on each node is not yet a settled ring: wait until node 1
     # sees all three Up and Normal before the first test writes a schema.
     wait_all_up(dcs=dcs)
-    found = node_dcs()
+    found = wait_all_known()
     if found != (TWO_DCS if dcs == 2 else ONE_DC):
         msg = f"the running cluster's DCs are {found}, not the layout these tests need; run {start}"
         if CI:
