@@ -39,7 +39,8 @@ def backlog_steps(args: argparse.Namespace, sizes: Any, series: dict[str, Any],
         def peer() -> dict[str, Any]:
             r = peer_bench.peer_postgres(args.host, args.pg, sizes.backlog, sizes.peer_near,
                                          sizes.peer_window_s, store_with_backlog=full,
-                                         samples=series["peer"])
+                                         samples=series["peer"],
+                                         lead_s=peer_bench.QUICK_LEAD_S if args.quick else peer_bench.LEAD_S)
             ours, pg = r["scheduler_drain"], r["postgres_drain"]
             ratio = ours["fire_jobs_per_s"] / max(1, pg["fire_jobs_per_s"])
             return entry(ours["fire_jobs_per_s"], "jobs/s (capacity: a backlog due at once)",

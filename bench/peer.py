@@ -47,10 +47,15 @@ SHARDS = 16
 FAR_SPAN_MS = 30 * 86_400_000
 
 
-def _lead_s(near: int, floor_rows_per_s: int) -> float:
+# The fixed part of each system's lead. Quick: the keyspace exists; the load and, on
+# Postgres, the vacuum and checkpoint take 1-3 s here, and the firing side starts in 1 s.
+LEAD_S, QUICK_LEAD_S = 10.0, 6.0
+
+
+def _lead_s(near: int, floor_rows_per_s: int, fixed_s: float = LEAD_S) -> float:
     # Each system stores the near jobs before their window opens (at a rate safely below
     # what its bulk path reaches here), so no job is due before the firing side starts.
-    return 10 + near / floor_rows_per_s
+    return fixed_s + near / floor_rows_per_s
 
 
 def _summary(name: str, lateness_ms: list[float], window_start_ms: int, fired_at_ms: list[int],
@@ -85,12 +90,13 @@ class _Cpu:
 
 
 def run_scheduler(store: CassandraStore, near: int, window_s: float,
-                  samples_out: list[float] | None = None, prefix: str = "near") -> dict[str, Any]:
+                  samples_out: list[float] | None = None, prefix: str = "near",
+                  lead_s: float = LEAD_S) -> dict[str, Any]:
     """Fire ``near`` jobs on ``store`` (which already holds the far backlog). The jobs
     are written like the far ones, bucket rows only (the producer path is measured by
     the ``enqueue`` benchmark)."""
     now = SystemClock().now_ms()
-    start = now + int(_lead_s(near, 12_000) * 1000)
+    start = now + int(_lead_s(near, 12_000, lead_s) * 1000)
     jobs = []
     for i in range(near):
         due = start + int(i * window_s * 1000 / near)
@@ -173,11 +179,11 @@ def load_postgres(url: str, far: int) -> float:
 
 def run_postgres(url: str, near: int, window_s: float, workers: int = 4, batch: int = 100,
                  poll_interval_s: float = 1.0, samples_out: list[float] | None = None,
-                 prefix: str = "near") -> dict[str, Any]:
+                 prefix: str = "near", lead_s: float = LEAD_S) -> dict[str, Any]:
     import psycopg
 
     now = SystemClock().now_ms()
-    start = now + int(_lead_s(near, 50_000) * 1000)
+    start = now + int(_lead_s(near, 50_000, lead_s) * 1000)
     with psycopg.connect(url, autocommit=True) as conn:
         _copy(conn, lambda: (f"{prefix}-{i}\tnoop\t{{}}\t{_iso(start + int(i * window_s * 1000 / near))}\n"
                              for i in range(near)), near)
@@ -273,8 +279,9 @@ def _empty_poll_postgres(conn: Any, batch: int, rounds: int = 100) -> float:
 def peer_postgres(host: str, pg_url: str, far: int, near: int, window_s: float,
                   store_with_backlog: CassandraStore | None = None,
                   load_backlog: Callable[[CassandraStore, int], float] | None = None,
-                  samples: dict[str, list[float]] | None = None) -> dict[str, Any]:
-    """Both systems, one after the other, each with ``far`` stored and ``near`` to fire."""
+                  samples: dict[str, list[float]] | None = None, lead_s: float = LEAD_S) -> dict[str, Any]:
+    """Both systems, one after the other, each with ``far`` stored and ``near`` to fire,
+    due ``lead_s`` (plus the time to store them) after each run starts."""
     own = store_with_backlog is None
     samples = {} if samples is None else samples
     store = store_with_backlog or fresh_store(host, "bench_peer", SHARDS,
@@ -282,16 +289,16 @@ def peer_postgres(host: str, pg_url: str, far: int, near: int, window_s: float,
     try:
         if own and load_backlog is not None:
             load_backlog(store, far)
-        ours = run_scheduler(store, near, window_s, samples.setdefault("ours", []))
+        ours = run_scheduler(store, near, window_s, samples.setdefault("ours", []), lead_s=lead_s)
         settle()  # the drain's CPU is measured: the first run's compactions are not its work
-        ours_drain = run_scheduler(store, near, 0.0, prefix="drain")
+        ours_drain = run_scheduler(store, near, 0.0, prefix="drain", lead_s=lead_s)
     finally:
         if own:
             drop(store)
             store.close()
     pg_load = load_postgres(pg_url, far)
-    peer = run_postgres(pg_url, near, window_s, samples_out=samples.setdefault("postgres", []))
-    peer_drain = run_postgres(pg_url, near, 0.0, prefix="drain")
+    peer = run_postgres(pg_url, near, window_s, samples_out=samples.setdefault("postgres", []), lead_s=lead_s)
+    peer_drain = run_postgres(pg_url, near, 0.0, prefix="drain", lead_s=lead_s)
     return {"far_jobs": far, "near_jobs": near, "window_s": window_s,
             "offered_jobs_per_s": round(near / window_s), "postgres_load_rows_per_s": round(pg_load),
             "scheduler": ours, "postgres": peer, "scheduler_drain": ours_drain, "postgres_drain": peer_drain}

@@ -158,14 +158,16 @@ def async_handlers(host: str, n: int = 20_000, concurrency: int = 5000, sync_n: 
 LATENESS_GRACE_S = 30.0
 
 
-def lateness_window(now_s: float, late_margin_s: float, width_s: int, seconds: int) -> tuple[float, float]:
+def lateness_window(now_s: float, late_margin_s: float, width_s: int, seconds: int,
+                    lead_s: float = 10.0) -> tuple[float, float]:
     """The due times (start, end), epoch seconds: ``seconds`` long, centred on the first
-    bucket boundary after ``now + late margin + 10 s + seconds / 2``. The window straddles
+    bucket boundary after ``now + late margin + lead_s + seconds / 2`` (``lead_s``: time to
+    schedule the jobs and start the poller; quick's 10,000 take 2 s). The window straddles
     a boundary because a bucket's first jobs are the ones a poller can fire late (it
     cannot read a bucket before the previous one closed). The end can be up to a bucket
     width (60 s by default) plus that lead after ``now_s``: a wait for the jobs must be
     measured from the end, never from the start."""
-    earliest = now_s + late_margin_s + 10 + seconds / 2
+    earliest = now_s + late_margin_s + lead_s + seconds / 2
     boundary = (int(earliest) // width_s + 1) * width_s
     return boundary - seconds / 2, boundary + seconds / 2
 
@@ -189,7 +191,8 @@ def lateness_figures(n: int, rate: int, late_ms: dict[int, float], duplicates: i
             "met": p99 is not None and p99 < 50 and not unfired and not duplicates}
 
 
-def lateness(host: str, rate: int, seconds: int, samples_out: list[float] | None = None) -> dict[str, Any]:
+def lateness(host: str, rate: int, seconds: int, samples_out: list[float] | None = None,
+             lead_s: float = 10.0) -> dict[str, Any]:
     """Schedules ``rate * seconds`` jobs, fires them with one poller, and waits until every
     one has fired or ``LATENESS_GRACE_S`` after the last was due, whichever comes first;
     unfired jobs are reported (``unfired``), and fail the step."""
@@ -197,7 +200,8 @@ def lateness(host: str, rate: int, seconds: int, samples_out: list[float] | None
     try:
         client = Client(store)
         meta = client.meta
-        start, end = lateness_window(time.time(), meta.late_margin_ms / 1000, meta.bucket_width_s, seconds)
+        start, end = lateness_window(time.time(), meta.late_margin_ms / 1000, meta.bucket_width_s, seconds,
+                                     lead_s)
         n = rate * seconds
         first = datetime.fromtimestamp(start, UTC)
         client.schedule_many([JobSpec(f"l{i}", first + timedelta(seconds=i / rate), "noop")

@@ -60,7 +60,7 @@ class Sizes:
     peer_near: int
     peer_window_s: float
     recurring_schedules: int
-    storage: tuple[int, int, int, int | None]  # jobs/s, retention s, minutes, first snapshot s
+    storage: tuple[int, int, float, int | None]  # jobs/s, retention s, minutes, first snapshot s
     enqueue_async_jobs: int = 100_000
     due_now_s: int = 60
     sim_restarts: int = 1000  # fleetsim's rolling restart: how many of the 1,000 members
@@ -70,8 +70,10 @@ class Sizes:
     http_lateness_s: int = 20
 
 
-QUICK = Sizes(10_000, 2, 500_000, 30_000, 5, 10, 10, 8_000, 24, 50_000, 10.0, 10_000, storage_bench.QUICK,
-              20_000, 10, 100, 100_000, due_now_cli_batches=10, http_jobs=10_000, http_lateness_s=10)
+# Quick: about 11 minutes on 2 cores (an estimate, 2026-12-05). Besides these sizes, run_all
+# passes quick's shorter leads (the waits before jobs fall due) and smaller scenes.
+QUICK = Sizes(10_000, 2, 250_000, 20_000, 5, 10, 8, 8_000, 18, 25_000, 5.0, 10_000, storage_bench.QUICK,
+              10_000, 6, 100, 50_000, due_now_cli_batches=10, http_jobs=10_000, http_lateness_s=6)
 FULL = Sizes(20_000, 3, 10_000_000, 100_000, 5, 30, 30, 24_000, 45, 1_000_000, 120.0, 100_000,
              storage_bench.FULL)
 
@@ -153,11 +155,13 @@ def run_all(args: argparse.Namespace, sizes: Sizes) -> tuple[dict[str, Any], dic
                      ratio=r["ratio"])
 
     def lateness() -> dict[str, Any]:
-        r = poller_bench.lateness(args.host, 1000, sizes.lateness_s, series["lateness"])
+        r = poller_bench.lateness(args.host, 1000, sizes.lateness_s, series["lateness"],
+                                  lead_s=5.0 if args.quick else 10.0)
         return entry(r["p99_ms"], "ms (p99)", 1000.0, "the 1 s poll interval", "p99 < 50 ms", r["met"], r)
 
     def async_handlers() -> dict[str, Any]:
-        r = poller_bench.async_handlers(args.host)
+        # Quick: the sync baseline (16 jobs/s, fixed by its concurrency) on 10 s of jobs, not 20.
+        r = poller_bench.async_handlers(args.host, sync_n=160 if args.quick else 320)
         return entry(r["async_jobs_per_s"], "jobs/s (20,000 x asyncio.sleep(1), concurrency 5,000)",
                      r["sync_jobs_per_s"], "sync handlers (time.sleep(1)) at concurrency 16",
                      ">= 4,000 jobs/s, RSS < 300 MB", r["met"], r)
@@ -217,19 +221,21 @@ def run_all(args: argparse.Namespace, sizes: Sizes) -> tuple[dict[str, Any], dic
     step("audit_cost", audit_cost)
 
     def rate_limit() -> dict[str, Any]:
-        r = flow_bench.rate_limit_accuracy(args.host, args.zk)
+        r = flow_bench.rate_limit_accuracy(args.host, args.zk, jobs=2000 if args.quick else 3000)
         return entry(r["observed_per_s"], f"starts/s (fleet of {r['pollers']}, {r['jobs']:,} due at once)",
                      r["limit_per_s"], "the kind's rate limit", r["goal"], r["met"], r, ratio=r["ratio"])
 
     def flow_overhead() -> dict[str, Any]:
         r = flow_bench.flow_control_overhead(args.host, jobs=12_000 if args.quick else 60_000,
-                                             rounds=3 if args.quick else 6)
+                                             rounds=3 if args.quick else 6,
+                                             lead_ms=flow_bench.QUICK_LOAD_LEAD_MS if args.quick
+                                             else flow_bench.LOAD_LEAD_MS)
         return entry(r["limited_jobs_per_cpu_s"], "jobs/CPU-s (limits set that should not bind)",
                      r["unlimited_jobs_per_cpu_s"], "the same firing with no limits", r["goal"], r["met"], r,
                      ratio=r["ratio"])
 
     def key_fairness() -> dict[str, Any]:
-        r = (flow_bench.key_fairness(args.host, big=2500, spread_s=5.0) if args.quick
+        r = (flow_bench.key_fairness(args.host, big=1500, spread_s=5.0) if args.quick
              else flow_bench.key_fairness(args.host))
         return entry(r["p99_ms"], f"ms (p99 lateness of a small key beside a {r['big_key_jobs']:,}-job key)",
                      r["baseline_p99_ms"], "the same small-key jobs with no large key", r["goal"],
@@ -237,7 +243,8 @@ def run_all(args: argparse.Namespace, sizes: Sizes) -> tuple[dict[str, Any], dic
 
     def flow_path() -> dict[str, Any]:  # the hot path alone: flow_control_overhead without the noise
         over = results.get("flow_control_overhead", {}).get("details", {}).get("unlimited_jobs_per_cpu_s")
-        r = flowpath_bench.flow_path_cost(poller_us_per_job=1e6 / over if over else None)
+        r = flowpath_bench.flow_path_cost(30_000 if args.quick else 60_000,
+                                          poller_us_per_job=1e6 / over if over else None)
         return entry(r["limited_us_per_job"], "us of CPU per job in the poller's queues, limits set",
                      r["unlimited_us_per_job"], "the same with no limits", "reported", None, r)
 
@@ -247,7 +254,8 @@ def run_all(args: argparse.Namespace, sizes: Sizes) -> tuple[dict[str, Any], dic
     step("key_fairness", key_fairness)
 
     def http_targets() -> dict[str, Any]:
-        r = http_bench.http_targets(args.host, jobs=sizes.http_jobs, seconds=sizes.http_lateness_s)
+        r = http_bench.http_targets(args.host, jobs=sizes.http_jobs, seconds=sizes.http_lateness_s,
+                                    lead_ms=http_bench.QUICK_LEAD_MS if args.quick else http_bench.LEAD_MS)
         return entry(r["deliveries_per_s"], "deliveries/s (one poller, a receiver answering in 50 ms)", None,
                      f"p99 lateness at 1,000/s: {r['p99_ms']} ms", r["goal"], r["met"], r)
 
@@ -269,13 +277,18 @@ def run_all(args: argparse.Namespace, sizes: Sizes) -> tuple[dict[str, Any], dic
         backlog_steps(args, sizes, series, step, results)
 
     def scaling() -> dict[str, Any]:
-        r = fleet_bench.fleet_scaling(args.host, args.zk, sizes.fleet_jobs, tmp)
+        # Quick: jobs due 6 s after the fleet settled (its 8,000 are written in about 2 s).
+        r = fleet_bench.fleet_scaling(args.host, args.zk, sizes.fleet_jobs, tmp,
+                                      lead_s=6.0 if args.quick else None)
         series["fleet"] = {n: r[f"pollers_{n}_jobs_per_s"] for n in (1, 2, 4)}
         return entry(r["pollers_4_jobs_per_s"], "jobs/s", r["pollers_1_jobs_per_s"], "one poller",
                      "ratio >= 3.5", r["met"], r)
 
     def handover() -> dict[str, Any]:
-        r = fleet_bench.handover(args.host, args.zk, tmp, sizes.handover_s)
+        # Quick: done 5 s after the last job was due once the store has recorded every job
+        # whose log line a kill -9 lost (the full run waits a minute more for them).
+        r = fleet_bench.handover(args.host, args.zk, tmp, sizes.handover_s,
+                                 done_after_s=5.0 if args.quick else None)
         return entry(r["kill_9_pause_s"], "s (kill -9 pause)", r["planned_leave_pause_s"],
                      "planned leave pause", "reported", None, r)
 
@@ -323,7 +336,7 @@ def run_all(args: argparse.Namespace, sizes: Sizes) -> tuple[dict[str, Any], dic
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true",
-                    help="smaller sizes: every benchmark in about 18 minutes on 2 cores")
+                    help="smaller sizes: every benchmark in about 11 minutes on 2 cores (estimate)")
     ap.add_argument("--out", default="bench/out", help="folder for report.md, report.json and plots")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--zk", default="127.0.0.1:2181")
