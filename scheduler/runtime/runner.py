@@ -32,6 +32,7 @@ from ..observe.metrics import PollerMetrics, serve
 from ..poller import Poller, PollerConfig
 from ..settings import Settings, cassandra_security, http_signing_secret
 from ..store import Store, open_store
+from .gctune import tune_gc
 from .member import Fleet
 
 log = logging.getLogger("scheduler.run")
@@ -75,6 +76,7 @@ def run_poller(app: App | Handler, *, settings: Settings | None = None,
     stop = stop or threading.Event()
     # Before the poller exists: its workers see whether attempts are traced when made.
     tracing.setup(process=True)
+    tune_gc()  # process-wide, like the signal handlers: see gctune.py for why
     with contextlib.ExitStack() as opened:
         opened.callback(tracing.flush)  # the last spans out, after the poller stopped
         # Whatever is opened here is closed on every way out, in reverse order: a
