@@ -32,7 +32,7 @@ from ..observe.metrics import PollerMetrics, serve
 from ..poller import Poller, PollerConfig
 from ..settings import Settings, cassandra_security, http_signing_secret
 from ..store import Store, open_store
-from .gctune import tune_gc
+from .gctune import POLLER_THRESHOLDS, tune_gc
 from .member import Fleet
 
 log = logging.getLogger("scheduler.run")
@@ -51,6 +51,7 @@ def run_poller(app: App | Handler, *, settings: Settings | None = None,
                store_failure_release_s: float = 30.0, dc_failover_s: float = 30.0,
                dc: str | None = None,
                stop: threading.Event | None = None, install_signals: bool = True,
+               gc_thresholds: tuple[int, int, int] | None = POLLER_THRESHOLDS,
                announce: Callable[[str], None] | None = None) -> int:
     """Run one poller until SIGTERM/SIGINT or ``stop`` is set; returns the exit code
     (see the module's table).
@@ -62,8 +63,9 @@ def run_poller(app: App | Handler, *, settings: Settings | None = None,
     the member advertises to the fleet (default: the store's, else the settings').
     ``dc_failover_s``: how long a home DC may have no member before the others take its
     shards (and have one again before they give them back). Signal handlers
-    are installed only from the main thread. ``announce`` receives the start-up lines
-    (default: the log).
+    are installed only from the main thread. ``gc_thresholds``: the garbage collector's
+    thresholds for this process (see ``gctune``; None leaves them as they are).
+    ``announce`` receives the start-up lines (default: the log).
     """
     settings = settings or Settings.from_env()
     say = announce or log.info
@@ -76,7 +78,8 @@ def run_poller(app: App | Handler, *, settings: Settings | None = None,
     stop = stop or threading.Event()
     # Before the poller exists: its workers see whether attempts are traced when made.
     tracing.setup(process=True)
-    tune_gc()  # process-wide, like the signal handlers: see gctune.py for why
+    if gc_thresholds is not None:
+        tune_gc(gc_thresholds)  # process-wide, like the signal handlers: see gctune.py for why
     with contextlib.ExitStack() as opened:
         opened.callback(tracing.flush)  # the last spans out, after the poller stopped
         # Whatever is opened here is closed on every way out, in reverse order: a

@@ -31,7 +31,7 @@ def test_tune_gc_sets_the_poller_thresholds_and_returns_the_previous_ones(thresh
 
 def test_the_thresholds_collect_less_often_than_the_defaults():
     young, middle, old = POLLER_THRESHOLDS
-    assert young > 700 and middle >= 10 and old >= 10
+    assert young > 700 and middle >= 10 and old >= 10  # never more often than the defaults
 
 
 def test_run_poller_tunes_its_process(thresholds, tmp_path: Any):
@@ -41,3 +41,14 @@ def test_run_poller_tunes_its_process(thresholds, tmp_path: Any):
     st.close()
     _run_until_polling(store=url, shards=[0, 1])
     assert gc.get_threshold() == POLLER_THRESHOLDS
+
+
+def test_run_poller_leaves_the_thresholds_alone_when_told(thresholds, tmp_path: Any):
+    url = f"sqlite:///{tmp_path}/s.db"
+    st = open_store(url)
+    st.apply_schema(SchemaOptions(shard_count=2), SystemClock().now_ms())
+    st.close()
+    _run_until_polling(store=url, shards=[0, 1], gc_thresholds=None)
+    assert gc.get_threshold() == (700, 10, 10)
+    _run_until_polling(store=url, shards=[0, 1], gc_thresholds=(5000, 20, 20))
+    assert gc.get_threshold() == (5000, 20, 20)
