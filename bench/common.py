@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import platform
@@ -115,7 +116,8 @@ def driver() -> dict[str, Any]:
 
 def machine() -> dict[str, Any]:
     return {"cpus": os.cpu_count(), "python": platform.python_version(),
-            "platform": platform.platform(), "cassandra_driver": driver()}
+            "platform": platform.platform(), "cassandra_driver": driver(),
+            "gc_thresholds": list(gc.get_threshold())}
 
 
 def report(result: dict[str, Any], as_json: bool) -> None:

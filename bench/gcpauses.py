@@ -7,7 +7,7 @@ setting, as medians over the rounds: jobs/s, CPU µs per fired job (this process
 collector's own time (``gc.callbacks``), its longest pause, and the collections per
 generation; the ratio is the per-round median of tuned over default jobs/s.
 
-    .venv/bin/python -m bench.gcpauses [--jobs 200000] [--rounds 3] [--json]
+    .venv/bin/python -m bench.gcpauses [--jobs 200000] [--rounds 4] [--json]
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def drain(host: str, jobs: int, thresholds: tuple[int, int, int]) -> dict[str, A
             "collections": [sum(1 for g, _ in p.pauses if g == gen) for gen in (0, 1, 2)]}
 
 
-def gc_pauses(host: str, jobs: int = 200_000, rounds: int = 3) -> dict[str, Any]:
+def gc_pauses(host: str, jobs: int = 200_000, rounds: int = 4) -> dict[str, Any]:
     runs: dict[str, list[dict[str, Any]]] = {"default": [], "poller": []}
     ratios = []
     for r in range(rounds):
@@ -85,7 +85,8 @@ def gc_pauses(host: str, jobs: int = 200_000, rounds: int = 3) -> dict[str, Any]
     for name in runs:
         out[name] = {key: median(name, key) for key in ("jobs_per_s", "cpu_us_per_job", "gc_s",
                                                          "longest_pause_ms")}
-        out[name]["collections"] = runs[name][-1]["collections"]
+        out[name]["collections"] = [statistics.median(x["collections"][g] for x in runs[name])
+                                    for g in range(3)]
     out["ratio"] = round(statistics.median(ratios), 3)
     out["ratio_spread"] = [round(min(ratios), 3), round(max(ratios), 3)]
     return out
@@ -94,7 +95,7 @@ def gc_pauses(host: str, jobs: int = 200_000, rounds: int = 3) -> dict[str, Any]
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=200_000)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()

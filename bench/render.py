@@ -75,6 +75,8 @@ def markdown(report: dict[str, Any]) -> str:
              f"- machine: {report['machine']['cpus']} cores ({report['machine']['cpu_model']}), "
              f"{report['machine']['memory_gib']} GiB, {report['machine']['platform']}",
              f"- Cassandra driver: {_driver_line(report['machine'].get('cassandra_driver'))}",
+             f"- garbage collector thresholds: {report['machine'].get('gc_thresholds', 'not recorded')} "
+             "(this process, baselines included; a poller's: see docs/handlers.md)",
              "- versions: " + ", ".join(f"{k} {v}" for k, v in report["versions"].items()),
              "- sizes: " + ", ".join(f"{k} {fmt(v)}" for k, v in report["sizes"].items()),
              f"- total time: {report['seconds']:.0f} s", "",

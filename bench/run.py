@@ -9,6 +9,7 @@ Each entry of report.json has the same shape under a stable key:
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import platform
 import socket
@@ -119,7 +120,8 @@ def machine_facts() -> dict[str, Any]:
     except OSError:
         pass
     return {"cpus": os.cpu_count(), "cpu_model": cpu, "memory_gib": round(mem_gib, 1),
-            "platform": platform.platform(), "cassandra_driver": driver()}
+            "platform": platform.platform(), "cassandra_driver": driver(),
+            "gc_thresholds": list(gc.get_threshold())}
 
 
 def run_all(args: argparse.Namespace, sizes: Sizes) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -235,7 +237,7 @@ def run_all(args: argparse.Namespace, sizes: Sizes) -> tuple[dict[str, Any], dic
                      ratio=r["ratio"])
 
     def key_fairness() -> dict[str, Any]:
-        r = (flow_bench.key_fairness(args.host, big=1500, spread_s=5.0) if args.quick
+        r = (flow_bench.key_fairness(args.host, big=2500, spread_s=5.0) if args.quick
              else flow_bench.key_fairness(args.host))
         return entry(r["p99_ms"], f"ms (p99 lateness of a small key beside a {r['big_key_jobs']:,}-job key)",
                      r["baseline_p99_ms"], "the same small-key jobs with no large key", r["goal"],
@@ -277,9 +279,10 @@ def run_all(args: argparse.Namespace, sizes: Sizes) -> tuple[dict[str, Any], dic
         backlog_steps(args, sizes, series, step, results)
 
     def scaling() -> dict[str, Any]:
-        # Quick: jobs due 6 s after the fleet settled (its 8,000 are written in about 2 s).
+        # Quick: jobs due 4 s plus 0.5 ms a job after the fleet settled (schedule_many writes
+        # about 2,000 a second here; the 3 s late margin must be left when they are stored).
         r = fleet_bench.fleet_scaling(args.host, args.zk, sizes.fleet_jobs, tmp,
-                                      lead_s=6.0 if args.quick else None)
+                                      lead_s=4 + sizes.fleet_jobs / 2000 if args.quick else None)
         series["fleet"] = {n: r[f"pollers_{n}_jobs_per_s"] for n in (1, 2, 4)}
         return entry(r["pollers_4_jobs_per_s"], "jobs/s", r["pollers_1_jobs_per_s"], "one poller",
                      "ratio >= 3.5", r["met"], r)

@@ -34,6 +34,7 @@
 | | | HTTP targets' requests (at least 16 characters) |
 | SCHEDULER_DEBUG | (off) | ``1``: the CLI prints the traceback of an unexpected error |
 | SCHEDULER_TRACING | on | ``off``: no spans whatever the OTEL_* variables say (``tracing_settings``) |
+| SCHEDULER_GC_THRESHOLDS | poller | pollers: the collector's ``poller`` thresholds, ``keep``, or ``A,B,C`` |
 | OTEL_EXPORTER_OTLP_TRACES_ENDPOINT | (none) | where spans go (OTLP); tracing is on only when set, |
 | / OTEL_EXPORTER_OTLP_ENDPOINT | | or the other one (``/v1/traces`` appended) is |
 | OTEL_EXPORTER_OTLP_TRACES_PROTOCOL | http/protobuf | ``http/protobuf``, or ``grpc`` (its exporter |
@@ -285,8 +286,7 @@ class Settings:
     coordinator: str = "local"
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
     layout_cache_ttl_s: int = 30
-    # Requests in flight for bulk loads. (A poller's handler concurrency is
-    # ``PollerConfig.concurrency``, a flag of ``scheduler run``.)
+    # Requests in flight for bulk loads (a poller's handler concurrency: PollerConfig.concurrency).
     load_concurrency: int = 128
     metrics_address: str = "127.0.0.1:9460"
     # Pollers: where to listen for producers' nudges (UDP; ``off``: none). Producers:
@@ -302,6 +302,7 @@ class Settings:
     # (None: the store URL's, else LOCAL_QUORUM); see docs/two-data-centres.md.
     dc: str | None = None
     write_consistency: str | None = None
+    gc_thresholds: str = "poller"  # checked by runtime.gctune.thresholds when a poller starts
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -322,6 +323,7 @@ class Settings:
             write_consistency=(parse_write_consistency(env["SCHEDULER_WRITE_CONSISTENCY"],
                                                        "SCHEDULER_WRITE_CONSISTENCY")
                                if env.get("SCHEDULER_WRITE_CONSISTENCY") else None),
+            gc_thresholds=env.get("SCHEDULER_GC_THRESHOLDS") or "poller",
         )
 
     def require_store(self, override: str | None = None) -> str:

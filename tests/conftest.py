@@ -9,6 +9,7 @@ ZOOKEEPER_HOSTS (127.0.0.1:2181).
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import uuid
@@ -24,6 +25,15 @@ from scheduler.domain.model import Job
 from scheduler.store import SchemaOptions, Store, open_store
 
 CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture(autouse=True)
+def _gc_defaults() -> None:
+    """Every test starts with CPython's collector thresholds: importing ``bench`` sets a
+    poller's for the whole process (as ``python -m bench...`` needs), and a test must not
+    depend on which modules were collected."""
+    gc.set_threshold(700, 10, 10)
+
 
 # Property-based tests of the parsers that meet outside input (hypothesis). The default
 # profile is bounded so the whole suite stays within CI's time, and derandomized so a run

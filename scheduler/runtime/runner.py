@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import logging
 import signal
 import threading
@@ -32,7 +33,7 @@ from ..observe.metrics import PollerMetrics, serve
 from ..poller import Poller, PollerConfig
 from ..settings import Settings, cassandra_security, http_signing_secret
 from ..store import Store, open_store
-from .gctune import POLLER_THRESHOLDS, tune_gc
+from .gctune import thresholds, tune_gc
 from .member import Fleet
 
 log = logging.getLogger("scheduler.run")
@@ -51,7 +52,7 @@ def run_poller(app: App | Handler, *, settings: Settings | None = None,
                store_failure_release_s: float = 30.0, dc_failover_s: float = 30.0,
                dc: str | None = None,
                stop: threading.Event | None = None, install_signals: bool = True,
-               gc_thresholds: tuple[int, int, int] | None = POLLER_THRESHOLDS,
+               gc_thresholds: str | tuple[int, int, int] | None = None,
                announce: Callable[[str], None] | None = None) -> int:
     """Run one poller until SIGTERM/SIGINT or ``stop`` is set; returns the exit code
     (see the module's table).
@@ -64,7 +65,8 @@ def run_poller(app: App | Handler, *, settings: Settings | None = None,
     ``dc_failover_s``: how long a home DC may have no member before the others take its
     shards (and have one again before they give them back). Signal handlers
     are installed only from the main thread. ``gc_thresholds``: the garbage collector's
-    thresholds for this process (see ``gctune``; None leaves them as they are).
+    thresholds while it runs (``gctune.thresholds``: ``"poller"``, ``"keep"``, ``"A,B,C"``
+    or a tuple; default: the settings'), restored when it returns.
     ``announce`` receives the start-up lines (default: the log).
     """
     settings = settings or Settings.from_env()
@@ -75,13 +77,14 @@ def run_poller(app: App | Handler, *, settings: Settings | None = None,
         raise InvalidInput("dc_failover_s must be >= 0")
     the_app = app if isinstance(app, App) else App.for_function(app)
     the_app.is_async()  # a mixed app is refused before anything starts
+    gc_wanted = thresholds(settings.gc_thresholds if gc_thresholds is None else gc_thresholds)
     stop = stop or threading.Event()
     # Before the poller exists: its workers see whether attempts are traced when made.
     tracing.setup(process=True)
-    if gc_thresholds is not None:
-        tune_gc(gc_thresholds)  # process-wide, like the signal handlers: see gctune.py for why
     with contextlib.ExitStack() as opened:
         opened.callback(tracing.flush)  # the last spans out, after the poller stopped
+        if gc_wanted is not None:  # process-wide, like the signal handlers: see gctune.py
+            opened.callback(gc.set_threshold, *tune_gc(gc_wanted))
         # Whatever is opened here is closed on every way out, in reverse order: a
         # start-up step that fails (the coordinator unreachable, the metrics port taken,
         # no schema) leaves nothing open, and neither does an exception while it runs.

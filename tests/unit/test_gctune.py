@@ -1,54 +1,118 @@
-"""``tune_gc``: the garbage collector's thresholds of a poller process."""
+"""The garbage collector's thresholds of a poller process (``runtime.gctune``)."""
 
 from __future__ import annotations
 
 import gc
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from scheduler import run_poller
 from scheduler.domain.clock import SystemClock
-from scheduler.runtime.gctune import POLLER_THRESHOLDS, tune_gc
+from scheduler.errors import ConfigError
+from scheduler.runtime.gctune import POLLER_THRESHOLDS, thresholds, tune_gc
+from scheduler.settings import Settings
 from scheduler.store import SchemaOptions, open_store
-from tests.unit.test_runner import _run_until_polling
+from tests.procs import wait_until
+
+DEFAULTS = (700, 10, 10)
 
 
 @pytest.fixture
-def thresholds() -> Iterator[None]:
+def pinned() -> Iterator[None]:
     saved = gc.get_threshold()
-    gc.set_threshold(700, 10, 10)
+    gc.set_threshold(*DEFAULTS)
     yield
     gc.set_threshold(*saved)
 
 
-def test_tune_gc_sets_the_poller_thresholds_and_returns_the_previous_ones(thresholds):
-    assert tune_gc() == (700, 10, 10)
-    assert gc.get_threshold() == POLLER_THRESHOLDS
-    assert tune_gc() == POLLER_THRESHOLDS  # again: nothing changes
+def test_tune_gc_sets_them_and_returns_the_previous_ones(pinned):
+    assert tune_gc() == DEFAULTS
+    assert gc.get_threshold()[:2] == POLLER_THRESHOLDS[:2]
     assert gc.isenabled()
 
 
-def test_the_thresholds_collect_less_often_than_the_defaults():
-    young, middle, old = POLLER_THRESHOLDS
-    assert young > 700 and middle >= 10 and old >= 10  # never more often than the defaults
+@pytest.mark.parametrize(("text", "want"), [("poller", POLLER_THRESHOLDS), (" Poller ", POLLER_THRESHOLDS),
+                                            ("keep", None), ("5000,20,20", (5000, 20, 20)),
+                                            ((1, 0, 0), (1, 0, 0))])
+def test_thresholds_accepts(text, want):
+    assert thresholds(text) == want
 
 
-def test_run_poller_tunes_its_process(thresholds, tmp_path: Any):
+@pytest.mark.parametrize("bad", ["", "off", "0,10,10", "10,-1,10", "1,2", "1,2,3,4", "a,b,c", "1e4,10,10",
+                                 (0, 10, 10), (10, 10)])
+def test_thresholds_refuses_with_one_line_naming_the_setting(bad):
+    with pytest.raises(ConfigError, match="SCHEDULER_GC_THRESHOLDS") as err:
+        thresholds(bad)
+    assert "\n" not in str(err.value)
+
+
+@given(st.text(max_size=60))
+def test_any_text_is_a_value_or_a_config_error(text):
+    try:
+        got = thresholds(text)
+    except ConfigError:
+        return
+    assert got is None or (len(got) == 3 and got[0] >= 1 and min(got) >= 0)
+
+
+def _store(tmp_path: Any) -> str:
     url = f"sqlite:///{tmp_path}/s.db"
-    st = open_store(url)
-    st.apply_schema(SchemaOptions(shard_count=2), SystemClock().now_ms())
-    st.close()
-    _run_until_polling(store=url, shards=[0, 1])
-    assert gc.get_threshold() == POLLER_THRESHOLDS
+    s = open_store(url)
+    s.apply_schema(SchemaOptions(shard_count=2), SystemClock().now_ms())
+    s.close()
+    return url
 
 
-def test_run_poller_leaves_the_thresholds_alone_when_told(thresholds, tmp_path: Any):
-    url = f"sqlite:///{tmp_path}/s.db"
-    st = open_store(url)
-    st.apply_schema(SchemaOptions(shard_count=2), SystemClock().now_ms())
-    st.close()
-    _run_until_polling(store=url, shards=[0, 1], gc_thresholds=None)
-    assert gc.get_threshold() == (700, 10, 10)
-    _run_until_polling(store=url, shards=[0, 1], gc_thresholds=(5000, 20, 20))
-    assert gc.get_threshold() == (5000, 20, 20)
+def _thresholds_while_running(url: str, **kwargs: Any) -> tuple[int, ...]:
+    """The thresholds seen once ``run_poller`` says it polls; it is then stopped."""
+    stop = threading.Event()
+    lines: list[str] = []
+    seen: list[tuple[int, ...]] = []
+
+    def announce(line: str) -> None:
+        lines.append(line)
+        if "polling shards" in line:
+            seen.append(gc.get_threshold())
+
+    runner = threading.Thread(target=lambda: run_poller(
+        lambda job: None, store=url, shards=[0, 1], metrics_address="off", install_signals=False,
+        stop=stop, announce=announce, **kwargs))
+    runner.start()
+    try:
+        wait_until(lambda: bool(seen) or not runner.is_alive(), 60, "the poller to start polling")
+    finally:
+        stop.set()
+        runner.join()
+    assert seen, lines
+    return seen[0]
+
+
+def test_run_poller_tunes_while_it_runs_and_restores_when_it_returns(pinned, tmp_path):
+    assert _thresholds_while_running(_store(tmp_path))[:2] == POLLER_THRESHOLDS[:2]
+    assert gc.get_threshold() == DEFAULTS
+
+
+def test_run_poller_takes_the_settings_or_its_argument(pinned, tmp_path):
+    url = _store(tmp_path)
+    assert _thresholds_while_running(url, settings=Settings(gc_thresholds="keep")) == DEFAULTS
+    assert _thresholds_while_running(url, settings=Settings(gc_thresholds="4000,20,20")) == (4000, 20, 20)
+    assert _thresholds_while_running(url, settings=Settings(gc_thresholds="keep"),
+                                     gc_thresholds=(3000, 10, 10)) == (3000, 10, 10)
+    assert gc.get_threshold() == DEFAULTS
+
+
+def test_a_bad_setting_is_refused_before_anything_starts(pinned, tmp_path):
+    with pytest.raises(ConfigError, match="SCHEDULER_GC_THRESHOLDS"):
+        run_poller(lambda job: None, store=_store(tmp_path), shards=[0], metrics_address="off",
+                   install_signals=False, settings=Settings(gc_thresholds="off"))
+    assert gc.get_threshold() == DEFAULTS
+
+
+def test_settings_read_the_variable():
+    assert Settings.from_env({}).gc_thresholds == "poller"
+    assert Settings.from_env({"SCHEDULER_GC_THRESHOLDS": "keep"}).gc_thresholds == "keep"
