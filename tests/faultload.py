@@ -207,3 +207,18 @@ def measure(fault: str, records: list[Record], due: dict[str, int], *, window: t
 
 def env_with(**extra: str) -> dict[str, str]:
     return {**os.environ, **extra}
+
+
+def worst_inversion(pairs: list[tuple[int, int]], together_ms: int) -> int:
+    """The largest due-time inversion among ``(fired_ms, due_ms)`` pairs of one shard: how
+    much older a job was than one that started more than ``together_ms`` before it (0 when
+    they started oldest first). Jobs that started within ``together_ms`` of each other were
+    handed out together and may start in any order."""
+    ordered = sorted(pairs)
+    worst, latest, j = 0, 0, 0
+    for fired_ms, due_ms in ordered:
+        while j < len(ordered) and ordered[j][0] < fired_ms - together_ms:
+            latest = max(latest, ordered[j][1])
+            j += 1
+        worst = max(worst, latest - due_ms)
+    return worst
