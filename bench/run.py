@@ -71,7 +71,7 @@ class Sizes:
     http_lateness_s: int = 20
 
 
-# Quick: about 11 minutes on 2 cores (an estimate, 2026-12-05). Besides these sizes, run_all
+# Quick: 13 minutes on 2 cores, servers' start included (2026-12-05). Besides these sizes, run_all
 # passes quick's shorter leads (the waits before jobs fall due) and smaller scenes.
 QUICK = Sizes(10_000, 2, 250_000, 20_000, 5, 10, 8, 8_000, 18, 50_000, 10.0, 10_000, storage_bench.QUICK,
               20_000, 6, 100, 50_000, due_now_cli_batches=10, http_jobs=10_000, http_lateness_s=6)
@@ -339,7 +339,7 @@ def run_all(args: argparse.Namespace, sizes: Sizes) -> tuple[dict[str, Any], dic
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true",
-                    help="smaller sizes: every benchmark in about 11 minutes on 2 cores (estimate)")
+                    help="smaller sizes: every benchmark in about 13 minutes on 2 cores")
     ap.add_argument("--out", default="bench/out", help="folder for report.md, report.json and plots")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--zk", default="127.0.0.1:2181")
