@@ -12,12 +12,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scheduler import run_poller
-from scheduler.domain.clock import SystemClock
 from scheduler.errors import ConfigError
 from scheduler.runtime.gctune import POLLER_THRESHOLDS, thresholds, tune_gc
 from scheduler.settings import Settings
-from scheduler.store import SchemaOptions, open_store
 from tests.procs import wait_until
+from tests.unit.test_runner import _store
 
 DEFAULTS = (700, 10, 10)
 
@@ -58,14 +57,6 @@ def test_any_text_is_a_value_or_a_config_error(text):
     except ConfigError:
         return
     assert got is None or (len(got) == 3 and got[0] >= 1 and min(got) >= 0)
-
-
-def _store(tmp_path: Any) -> str:
-    url = f"sqlite:///{tmp_path}/s.db"
-    s = open_store(url)
-    s.apply_schema(SchemaOptions(shard_count=2), SystemClock().now_ms())
-    s.close()
-    return url
 
 
 def _thresholds_while_running(url: str, **kwargs: Any) -> tuple[int, ...]:
