@@ -21,12 +21,16 @@ or ``A,B,C``) or ``run_poller(gc_thresholds=...)`` chooses others.
 from __future__ import annotations
 
 import gc
+import re
 
 from ..errors import ConfigError
 
 # (generation 0 allocations, generation 0 collections per generation 1 collection,
 # generation 1 collections per full collection); CPython's defaults are (700, 10, 10).
 POLLER_THRESHOLDS = (10_000, 10, 10)
+THRESHOLD_MAX = 1_000_000_000
+# ASCII digits only: int() also reads other scripts' digits and underscores.
+_THREE = re.compile(r" *([0-9]{1,10}) *, *([0-9]{1,10}) *, *([0-9]{1,10}) *", re.ASCII)
 
 
 def tune_gc(thresholds: tuple[int, int, int] = POLLER_THRESHOLDS) -> tuple[int, int, int]:
@@ -41,20 +45,20 @@ def tune_gc(thresholds: tuple[int, int, int] = POLLER_THRESHOLDS) -> tuple[int, 
 def thresholds(value: str | tuple[int, int, int]) -> tuple[int, int, int] | None:
     """The thresholds ``value`` asks for: ``"poller"`` (``POLLER_THRESHOLDS``), ``"keep"``
     (None: leave the process's as they are), ``"A,B,C"`` or a tuple of three integers, the
-    first at least 1 (0 would turn the collector off) and the others at least 0. Raises
-    ``ConfigError`` for anything else, naming the setting."""
+    first at least 1 (0 would turn the collector off), none above ``THRESHOLD_MAX`` (the
+    collector keeps them as C ints). Raises ``ConfigError`` for anything else, in one line
+    naming the setting and showing at most 40 characters of what was given."""
     if isinstance(value, str):
         text = value.strip().lower()
-        if text == "poller":
-            return POLLER_THRESHOLDS
-        if text == "keep":
-            return None
-        parts = text.split(",")
-        try:
-            value = (int(parts[0]), int(parts[1]), int(parts[2])) if len(parts) == 3 else (0, -1, -1)
-        except ValueError:
-            value = (0, -1, -1)
-    if len(value) != 3 or not all(isinstance(v, int) for v in value) or value[0] < 1 or min(value) < 0:
+        if text in ("poller", "keep"):
+            return POLLER_THRESHOLDS if text == "poller" else None
+        parsed = _THREE.fullmatch(text)
+        got: tuple[int, ...] = tuple(int(g) for g in parsed.groups()) if parsed else ()
+    else:
+        got = tuple(value)
+    if (len(got) != 3 or not all(type(v) is int and 0 <= v <= THRESHOLD_MAX for v in got)
+            or got[0] == 0):
         raise ConfigError(f"SCHEDULER_GC_THRESHOLDS={str(value)[:40]!r} is not poller, keep or three "
-                          "integers A,B,C (A >= 1), e.g. 10000,10,10")
-    return value
+                          f"integers A,B,C (1 <= A, all <= {THRESHOLD_MAX}), e.g. 10000,10,10")
+    a, b, c = got
+    return a, b, c

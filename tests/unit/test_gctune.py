@@ -43,20 +43,30 @@ def test_thresholds_accepts(text, want):
 
 
 @pytest.mark.parametrize("bad", ["", "off", "0,10,10", "10,-1,10", "1,2", "1,2,3,4", "a,b,c", "1e4,10,10",
-                                 (0, 10, 10), (10, 10)])
+                                 "99999999999999999999,1,1", "1,2,99999999999999999999", "1000000001,1,1",
+                                 "\u0663,1,1", "1_0,1,1", "</script>", "1,2,3\n4",
+                                 (0, 10, 10), (10, 10), (1, 2, 2**40), (1.5, 2, 3)])
 def test_thresholds_refuses_with_one_line_naming_the_setting(bad):
     with pytest.raises(ConfigError, match="SCHEDULER_GC_THRESHOLDS") as err:
         thresholds(bad)
     assert "\n" not in str(err.value)
+    assert repr(str(bad)[:40]) in str(err.value)  # what was given, not what it became
 
 
-@given(st.text(max_size=60))
+@given(st.one_of(st.text(max_size=60),
+               st.builds(lambda a, b, c: f"{a},{b},{c}", *[st.integers(-5, 2**70)] * 3)))
 def test_any_text_is_a_value_or_a_config_error(text):
     try:
         got = thresholds(text)
     except ConfigError:
         return
     assert got is None or (len(got) == 3 and got[0] >= 1 and min(got) >= 0)
+    if got is not None:
+        saved = gc.get_threshold()
+        try:
+            tune_gc(got)  # the collector takes whatever was accepted
+        finally:
+            gc.set_threshold(*saved)
 
 
 def _thresholds_while_running(url: str, **kwargs: Any) -> tuple[int, ...]:
