@@ -29,11 +29,11 @@ from cassandra.concurrent import execute_concurrent
 from cassandra.query import BatchStatement, BatchType
 
 from bench.common import drop, fresh_store, write_bucket_rows
+from bench.fastbind import FastBinder
 from scheduler import App, Job
 from scheduler.domain.clock import SystemClock
 from scheduler.domain.keys import bucket_of_ms, shard_of
 from scheduler.poller import Poller, PollerConfig
-from scheduler.store.cassandra.bind import FastBinder
 from scheduler.store.cassandra.store import CassandraStore
 
 SHARDS = 16

@@ -8,9 +8,9 @@ from datetime import datetime
 import pytest
 from cassandra.query import BatchStatement, BatchType
 
+from bench.fastbind import FastBinder
 from scheduler.domain.model import Job
 from scheduler.store import SchemaOptions, open_store
-from scheduler.store.cassandra.bind import FastBinder
 from scheduler.store.cassandra.store import CassandraStore
 from scheduler.store.rows import bucket_params
 from tests.conftest import cassandra_url
