@@ -58,7 +58,12 @@ def _lead_s(near: int, floor_rows_per_s: int, fixed_s: float = LEAD_S) -> float:
     return fixed_s + near / floor_rows_per_s
 
 
-def _summary(name: str, lateness_ms: list[float], window_start_ms: int, fired_at_ms: list[int],
+def lead_ms(near: int, fixed_s: float = LEAD_S) -> int:
+    """The scheduler side's wait before its jobs fall due: time to store them first."""
+    return int(_lead_s(near, 12_000, fixed_s) * 1000)
+
+
+def summary(name: str, lateness_ms: list[float], window_start_ms: int, fired_at_ms: list[int],
              poll_ms: float, near: int) -> dict[str, Any]:
     lateness_ms.sort()
     fired = len(lateness_ms)
@@ -71,17 +76,20 @@ def _summary(name: str, lateness_ms: list[float], window_start_ms: int, fired_at
             "empty_poll_ms": round(poll_ms, 3)}
 
 
-class _Cpu:
-    """CPU seconds of this process (the poller, or the peer's workers) and of the server,
-    from 3 s before the first job falls due (the scheduler reads 2 s ahead) to the end of
-    the firing, its last outcomes recorded; the idle wait before is not the work measured."""
+class Cpu:
+    """CPU seconds of the client (this process by default: the poller, or the peer's
+    workers) and of the server, from 3 s before the first job falls due (the scheduler
+    reads 2 s ahead) to the end of the firing, its last outcomes recorded; the idle wait
+    before is not the work measured."""
 
-    def __init__(self, server: Callable[[], float], start_ms: int) -> None:
+    def __init__(self, server: Callable[[], float], start_ms: int,
+                 client: Callable[[], float] = own_cpu_s) -> None:
         time.sleep(max(0.0, start_ms / 1000 - 3 - time.time()))
-        self.server, self.own0, self.server0 = server, own_cpu_s(), server()
+        self.server, self.client = server, client
+        self.own0, self.server0 = client(), server()
 
     def used(self) -> dict[str, float]:
-        own, server = own_cpu_s() - self.own0, self.server() - self.server0
+        own, server = self.client() - self.own0, self.server() - self.server0
         return {"client_cpu_s": round(own, 2), "server_cpu_s": round(server, 2),
                 "cpu_s": round(own + server, 2)}
 
@@ -96,7 +104,7 @@ def run_scheduler(store: CassandraStore, near: int, window_s: float,
     are written like the far ones, bucket rows only (the producer path is measured by
     the ``enqueue`` benchmark)."""
     now = SystemClock().now_ms()
-    start = now + int(_lead_s(near, 12_000, lead_s) * 1000)
+    start = now + lead_ms(near, lead_s)
     jobs = []
     for i in range(near):
         due = start + int(i * window_s * 1000 / near)
@@ -117,7 +125,7 @@ def run_scheduler(store: CassandraStore, near: int, window_s: float,
 
     poller = Poller(store, App.for_function(handler))
     poller.start(range(SHARDS))
-    cpu = _Cpu(cassandra_cpu_s, start)
+    cpu = Cpu(cassandra_cpu_s, start)
     deadline = time.monotonic() + (start - now) / 1000 + window_s + 300
     while len(late) < near and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -126,7 +134,7 @@ def run_scheduler(store: CassandraStore, near: int, window_s: float,
     poll_ms = _empty_poll_cassandra(store)
     if samples_out is not None:
         samples_out.extend(late)
-    return {**_summary("scheduler (Cassandra)", late, start, fired_at, poll_ms, near), **used}
+    return {**summary("scheduler (Cassandra)", late, start, fired_at, poll_ms, near), **used}
 
 
 def _empty_poll_cassandra(store: CassandraStore, rounds: int = 100) -> float:
@@ -217,7 +225,7 @@ def run_postgres(url: str, near: int, window_s: float, workers: int = 4, batch: 
     for t in threads:
         t.start()
         time.sleep(poll_interval_s / workers)  # staggered: together they poll `workers` times a second
-    cpu = _Cpu(lambda: tree_cpu_s(postmaster), start)
+    cpu = Cpu(lambda: tree_cpu_s(postmaster), start)
     deadline = time.monotonic() + (start - now) / 1000 + window_s + 300
     while len(late) < near and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -235,7 +243,7 @@ def run_postgres(url: str, near: int, window_s: float, workers: int = 4, batch: 
         poll_ms = _empty_poll_postgres(conn, batch)
     if samples_out is not None:
         samples_out.extend(late)
-    return {**_summary("Postgres SKIP LOCKED", late, start, fired_at, poll_ms, near), **used}
+    return {**summary("Postgres SKIP LOCKED", late, start, fired_at, poll_ms, near), **used}
 
 
 def _backend_pid(conn: Any) -> int:

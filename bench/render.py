@@ -112,6 +112,19 @@ def markdown(report: dict[str, Any]) -> str:
                          f"| {s['fire_jobs_per_s']:,} "
                          f"| {fmt(s['lateness_p50_ms'])} ms | {fmt(s['lateness_p99_ms'])} ms "
                          f"| {fmt(s['lateness_max_ms'])} ms | {fmt(s['empty_poll_ms'])} ms |")
+        procs = d.get("processes")
+        for i, pr in enumerate(procs["per_round"] if procs else []):
+            for s in (pr["scheduler"], pr["postgres"]):
+                lines.append(f"| {s['system']}, all due at once, round {i + 1} "
+                             f"| {s['fired']:,}/{s['expected']:,} "
+                             f"| {s['fire_jobs_per_s']:,} | {fmt(s['lateness_p50_ms'])} ms "
+                             f"| {fmt(s['lateness_p99_ms'])} ms | {fmt(s['lateness_max_ms'])} ms | - |")
+        if procs:
+            lines += ["", f"`peer_postgres` is `scheduler run --processes {procs['processes']}` "
+                          f"over the peer's drain, the median of {procs['rounds']} paired rounds: "
+                          f"{fmt(procs['ratio'])}"
+                          f"{_spread_text(procs)}; one in-process poller's drain over the peer's first: "
+                          f"{fmt(d.get('one_process_ratio'))}."]
     lines += ["", "Plots: " + ", ".join(f"[{p}]({p})" for p in report["plots"]), "",
               "Details of every figure are in report.json."]
     return "\n".join(lines) + "\n"
@@ -120,7 +133,7 @@ def markdown(report: dict[str, Any]) -> str:
 def spread(details: dict[str, Any]) -> tuple[float, float, int] | None:
     """The lowest and highest of a figure's per-round ratios, and how many rounds: what a
     median of paired rounds hides (None for a figure of one run)."""
-    rounds = details.get("per_round")
+    rounds = details.get("per_round") or (details.get("processes") or {}).get("per_round")
     if isinstance(rounds, list) and rounds and isinstance(rounds[0], dict):
         name = "ratio" if "ratio" in rounds[0] else "cpu_ratio" if "cpu_ratio" in rounds[0] else None
         if name is not None:

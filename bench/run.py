@@ -69,11 +69,12 @@ class Sizes:
     due_now_cli_batches: int = 20
     http_jobs: int = 20_000  # http_targets: jobs due at once, then 1,000/s for http_lateness_s
     http_lateness_s: int = 20
+    peer_rounds: int = 3  # paired drains of the peer and `scheduler run --processes 2`
 
 
 # Quick: 13 minutes on 2 cores, servers' start included (2026-12-05). Besides these sizes, run_all
 # passes quick's shorter leads (the waits before jobs fall due) and smaller scenes.
-QUICK = Sizes(10_000, 2, 250_000, 20_000, 5, 10, 8, 8_000, 18, 50_000, 10.0, 10_000, storage_bench.QUICK,
+QUICK = Sizes(10_000, 2, 250_000, 20_000, 5, 10, 8, 8_000, 18, 50_000, 10.0, 100_000, storage_bench.QUICK,
               20_000, 6, 100, 50_000, due_now_cli_batches=10, http_jobs=10_000, http_lateness_s=6)
 FULL = Sizes(20_000, 3, 10_000_000, 100_000, 5, 30, 30, 24_000, 45, 1_000_000, 120.0, 100_000,
              storage_bench.FULL)

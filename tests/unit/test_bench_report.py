@@ -55,3 +55,18 @@ def test_markdown_explains_the_paired_fire_ratio():
     assert "median of the rounds' ratios (0.9, 1.1, 1)" in text and "per-row binding" in text
     # The table shows the median ratio (not value / baseline, 0.9) and the rounds' spread.
     assert "| 1 (rounds 0.9 to 1.1, 3) |" in text
+
+
+def test_markdown_renders_the_paired_process_drains_and_their_spread():
+    rounds = [{"scheduler": side("ours"), "postgres": side("peer"), "ratio": r} for r in (1.1, 1.4, 1.3)]
+    peer = {"near_jobs": 10, "far_jobs": 100, "window_s": 2.0, "offered_jobs_per_s": 5,
+            "one_process_ratio": 0.7,
+            **{k: side(k) for k in ("scheduler", "postgres", "scheduler_drain", "postgres_drain")},
+            "processes": {"processes": 2, "rounds": 3, "ratio": 1.3, "per_round": rounds}}
+    results = {"peer_postgres": entry(1.0, "u", 2.0, "base", "goal", True, peer, ratio=1.3)}
+    report = {"quick": True, "date": "2026-11-30T00:00:00+00:00", "command": "ops/bench --quick",
+              "machine": {"cpus": 2, "cpu_model": "x", "memory_gib": 24, "platform": "linux"},
+              "versions": {}, "sizes": QUICK.__dict__, "seconds": 1.0, "results": results, "plots": []}
+    text = markdown(report)
+    assert "round 3" in text and "--processes 2" in text
+    assert "rounds 1.1 to 1.4, 3" in text
