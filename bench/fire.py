@@ -22,13 +22,13 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from cassandra.concurrent import execute_concurrent
 from cassandra.query import BatchStatement, BatchType
 
-from bench.common import drop, fresh_store, write_bucket_rows
+from bench.common import cassandra_cpu_s, drop, fresh_store, own_cpu_s, settle, write_bucket_rows
 from bench.fastbind import FastBinder
 from scheduler import App, Job
 from scheduler.domain.clock import SystemClock
@@ -133,6 +133,16 @@ def _read_only(store: CassandraStore, n: int, now: int) -> float:
     return elapsed
 
 
+def _with_cpu(cpu: dict[str, tuple[float, float]], name: str, n: int, fn: Callable[..., float],
+              *args: Any) -> float:
+    """``fn(*args)``'s result (seconds); its CPU per job, this process's and Cassandra's
+    (µs), into ``cpu[name]``."""
+    own, cass = own_cpu_s(), cassandra_cpu_s()
+    elapsed = fn(*args)
+    cpu[name] = ((own_cpu_s() - own) / n * 1e6, (cassandra_cpu_s() - cass) / n * 1e6)
+    return elapsed
+
+
 def fire_throughput(host: str, n: int, rounds: int = 5) -> dict[str, Any]:
     """Paired rounds, the order alternating; the ratio is the median of the per-round
     ratios. The bare loop alone ranges 26k-36k jobs/s across runs on this machine: a
@@ -144,21 +154,27 @@ def fire_throughput(host: str, n: int, rounds: int = 5) -> dict[str, Any]:
         # seconds apart share the machine's state (loading between them did not).
         now = SystemClock().now_ms()
         stores = [overdue_store(host, n, now) for _ in range(4)]
+        # The loads' flushes and compactions are no side's work: without this wait they
+        # ran under whichever side went first, and its Cassandra CPU per job with them.
+        settle(max_s=30)
+        cpu: dict[str, tuple[float, float]] = {}
         try:
             if i % 2 == 0:
-                p = _fire_poller(stores[0], n, now)
-                b = _fire_bare(stores[1], n, now)
-                r = _read_only(stores[3], n, now)
+                p = _with_cpu(cpu, "poller", n, _fire_poller, stores[0], n, now)
+                b = _with_cpu(cpu, "bare", n, _fire_bare, stores[1], n, now)
+                r = _with_cpu(cpu, "read_only", n, _read_only, stores[3], n, now)
             else:
-                r = _read_only(stores[3], n, now)
-                b = _fire_bare(stores[1], n, now)
-                p = _fire_poller(stores[0], n, now)
+                r = _with_cpu(cpu, "read_only", n, _read_only, stores[3], n, now)
+                b = _with_cpu(cpu, "bare", n, _fire_bare, stores[1], n, now)
+                p = _with_cpu(cpu, "poller", n, _fire_poller, stores[0], n, now)
             f = _fire_bare(stores[2], n, now, fast_bind=True)
         finally:
             for store in stores:
                 drop(store)
                 store.close()
-        per_round.append({"poller": n / p, "bare": n / b, "fast": n / f, "read_only": n / r})
+        per_round.append({"poller": n / p, "bare": n / b, "fast": n / f, "read_only": n / r,
+                          **{f"{side}_{who}_us": v[k] for side, v in cpu.items()
+                             for k, who in enumerate(("client", "cassandra"))}})
         print(f"  round {i + 1}/{rounds}: poller {n / p:,.0f} jobs/s, bare {n / b:,.0f} jobs/s, "
               f"bare with fast binding {n / f:,.0f} jobs/s, read-only {n / r:,.0f} jobs/s", file=sys.stderr)
     return fire_figures(n, per_round)
@@ -194,4 +210,10 @@ def fire_figures(n: int, per_round: list[dict[str, float]]) -> dict[str, Any]:
             "read_only_jobs_per_s_spread": spread("read_only"),
             "ratio_poller_vs_read_only": round(med("poller", "read_only"), 3),
             "ratio_bare_vs_read_only": round(med("bare", "read_only"), 3),
+            # Where each side's time goes: CPU per job of this process (the poller's
+            # threads, or the loop) and of Cassandra, medians over the rounds.
+            "cpu_us_per_job": {side: {who: round(med(f"{side}_{who}_us"), 1)
+                                      for who in ("client", "cassandra")}
+                               for side in ("poller", "bare", "read_only")
+                               if f"{side}_client_us" in per_round[0]},
             "goal": ">= 1.0 and >= 5000 jobs/s", "met": ratio >= 1.0 and rate >= 5000}

@@ -96,6 +96,11 @@ def markdown(report: dict[str, Any]) -> str:
                   f"{fmt(d.get('read_only_jobs_per_s'))} jobs/s (poller / read-only "
                   f"{fmt(d.get('ratio_poller_vs_read_only'))}, read-and-record / read-only "
                   f"{fmt(d.get('ratio_bare_vs_read_only'))})."]
+        cpu = d.get("cpu_us_per_job")
+        if cpu:
+            parts = [f"{side.replace('_', '-')} {fmt(c['client'])} + {fmt(c['cassandra'])}"
+                     for side, c in cpu.items()]
+            lines.append("CPU per job, µs (this process + Cassandra): " + "; ".join(parts) + ".")
     lines += _flow_notes(report["results"])
     peer = report["results"].get("peer_postgres")
     if peer:

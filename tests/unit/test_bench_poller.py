@@ -117,3 +117,14 @@ def test_tree_cpu_counts_a_reaped_child_and_refuses_a_gone_root():
     assert tree_cpu_s(os.getpid()) >= own_cpu_s() - 0.05
     with pytest.raises(OSError):
         tree_cpu_s(2**22 + 12345)  # beyond any pid_max: no such process
+
+
+def test_fire_figures_report_each_sides_cpu_per_job_as_medians():
+    sides = ("poller", "bare", "read_only")
+    cpu = [{f"{side}_{who}_us": v for side in sides for who in ("client", "cassandra")}
+           for v in (10.0, 30.0, 20.0)]
+    rounds = [{"poller": 10.0, "bare": 20.0, "fast": 25.0, "read_only": 40.0, **c} for c in cpu]
+    r = fire_figures(100, rounds)
+    assert r["cpu_us_per_job"]["poller"] == {"client": 20.0, "cassandra": 20.0}
+    assert set(r["cpu_us_per_job"]) == {"poller", "bare", "read_only"}
+    assert "cpu_us_per_job" not in r["per_round"][0]
