@@ -74,6 +74,10 @@ INSERT OR IGNORE INTO checkpoints (shard, bucket, owner, owner_epoch, updated_at
 -- name: claim_checkpoint
 UPDATE checkpoints SET owner = ?, owner_epoch = ?, updated_at = ? WHERE shard = ? AND owner_epoch < ?;
 
+-- name: take_released_checkpoint
+UPDATE checkpoints SET owner = ?, owner_epoch = ?, updated_at = ?
+WHERE shard = ? AND owner IS NULL AND owner_epoch = ?;
+
 -- name: save_checkpoint
 UPDATE checkpoints SET bucket = ?, cursor_fire_at = ?, cursor_job_id = ?, updated_at = ?
 WHERE shard = ? AND owner_epoch = ? AND bucket <= ?;

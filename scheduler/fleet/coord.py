@@ -42,6 +42,10 @@ class Coordinator(Protocol):
         """Take the shard's lock without waiting; its fencing token, or None."""
 
     def release(self, shard: int) -> None: ...
+    def token_ceiling(self) -> int | None:
+        """A number at or above every token this coordinator has issued (None: no such
+        bound): a stored epoch above it was set under another coordinator."""
+
     def held(self) -> set[int]:
         """Shards whose lock we still hold (a lost session empties it)."""
 
@@ -129,6 +133,9 @@ class LocalCoordinator:
         with self._guard:
             if self._reg["locks"].get(shard, ("",))[0] == self.member_id:
                 del self._reg["locks"][shard]
+
+    def token_ceiling(self) -> int | None:
+        return None  # tokens from the clock: never lowers a stored epoch
 
     def held(self) -> set[int]:
         with self._guard:

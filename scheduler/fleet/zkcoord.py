@@ -256,6 +256,13 @@ class ZooKeeperCoordinator:
             with contextlib.suppress(Exception):  # session gone: its ephemeral node went with it
                 lock.release()
 
+    def token_ceiling(self) -> int | None:
+        """A zxid at or above every token issued so far (a write's, now); None without one."""
+        try:
+            return int(self.zk.set(f"{self.root}/locks", b"").mzxid)
+        except Exception:  # unreachable now: the claim stays refused and is tried again
+            return None
+
     def held(self) -> set[int]:
         with self._lock:
             return set(self._locks)

@@ -39,7 +39,7 @@ from ..domain.dispatch import App, Outcome
 from ..domain.model import Job
 from ..domain.netguard import AllowList
 from ..domain.progress import ShardProgress
-from ..errors import SchedulerError
+from ..errors import OwnershipLost, SchedulerError
 from ..observe.faults import FaultLog
 from ..observe.metrics import PollerMetrics
 from ..producer.wire import Entry
@@ -160,21 +160,41 @@ class Poller:
 
     # --- ownership ------------------------------------------------------------------
 
-    def claim(self, shard: int, epoch: int | None = None, *, global_fence: bool = False) -> int:
+    def claim(self, shard: int, epoch: int | None = None, *, global_fence: bool = False,
+              ceiling: Callable[[], int | None] | None = None) -> int:
         """Start draining ``shard`` under fencing token ``epoch`` (from the coordinator;
         None, without one: the stored epoch + 1); returns the claimed checkpoint's drained
         bucket. Raises ``OwnershipLost`` when another owner holds it with a newer epoch.
+        ``ceiling``: the coordinator's ``token_ceiling``; a released shard whose epoch is
+        above it (set under another coordinator) is taken at ``epoch``.
         ``global_fence``: as the store's ``claim_shard``."""
         core = self.core
         if epoch is None:
             current = {c.shard: c.owner_epoch for c in self._store.checkpoints()}
             epoch = current.get(shard, 0) + 1
         initial = self.meta.origin_bucket - self.meta.bucket_width_s
-        if global_fence:
-            cp = self._store.claim_shard(shard, self.name, epoch, initial, self.clock.now_ms(),
-                                         global_fence=True)
-        else:
-            cp = self._store.claim_shard(shard, self.name, epoch, initial, self.clock.now_ms())
+        fence = {"global_fence": True} if global_fence else {}
+        try:
+            cp = self._store.claim_shard(shard, self.name, epoch, initial, self.clock.now_ms(), **fence)
+        except OwnershipLost:
+            # Refused by a released shard whose epoch this coordinator cannot have issued
+            # (above its ceiling): set under another one (a run without ZooKeeper counts
+            # from the clock; a new ensemble restarts its transaction ids). Nobody holds
+            # it, so it is taken at this token, only while still released at the epoch
+            # seen. An epoch within the ceiling is a newer holder's: refused, as is a
+            # shard with an owner, and every claim without a coordinator (no ceiling).
+            row = next((c for c in self._store.checkpoints() if c.shard == shard), None)
+            if ceiling is None or row is None or row.owner is not None or row.owner_epoch <= epoch:
+                raise
+            top = ceiling()
+            if top is None or row.owner_epoch <= top:
+                raise
+            cp = self._store.take_released_shard(shard, self.name, epoch, row.owner_epoch,
+                                                 self.clock.now_ms(), **fence)
+            log.warning("took released shard %d at epoch %d, below its stored epoch %d (set under "
+                        "another coordinator)", shard, epoch, row.owner_epoch,
+                        extra={"action": "shard_epoch_lowered", "shard": shard, "epoch": epoch,
+                               "stored_epoch": row.owner_epoch, "poller": self.name})
         with core.cond:
             core.shards[shard] = OwnedShard(ShardProgress(shard, self.meta.bucket_width_s, cp), epoch, cp)
             core.ended.pop(shard, None)

@@ -211,14 +211,14 @@ class Fleet:
         hands their windows to the catch-up (``catchup.py``)."""
         weights = self._plan.weights if self._plan is not None else {}
         if not weights:
-            self.poller.claim(shard, token)
+            self.poller.claim(shard, token, ceiling=self.coord.token_ceiling)
             return
         try:
-            drained = self.poller.claim(shard, token, global_fence=True)
+            drained = self.poller.claim(shard, token, global_fence=True, ceiling=self.coord.token_ceiling)
         except (StoreUnavailable, WriteTimeout) as exc:
             log.warning("claiming shard %d at SERIAL failed (%s): claiming it at the DC's own level",
                         shard, exc, extra={"action": "claim_local_fence", "shard": shard})
-            drained = self.poller.claim(shard, token)
+            drained = self.poller.claim(shard, token, ceiling=self.coord.token_ceiling)
         home = home_of(shard, weights)
         now_ms = self.poller.clock.now_ms()
         try:

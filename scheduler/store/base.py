@@ -311,6 +311,12 @@ class Store(ScheduleRows, FlowTables, ABC):
         (Cassandra: SERIAL instead of LOCAL_SERIAL; a store with one copy ignores it)."""
 
     @abstractmethod
+    def take_released_shard(self, shard: int, owner: str, epoch: int, seen_epoch: int, now_ms: int,
+                            *, global_fence: bool = False) -> Checkpoint:
+        """Take ``shard`` at ``epoch`` (lower than its stored one) if it is still released
+        (no owner) at ``seen_epoch``; its checkpoint. Raises ``OwnershipLost`` otherwise."""
+
+    @abstractmethod
     def save_checkpoint(self, shard: int, epoch: int, checkpoint: Checkpoint, now_ms: int) -> None:
         """Persist a checkpoint if ``epoch`` still owns the shard; it never moves backwards.
         Raises ``OwnershipLost`` when another owner took over (nothing is written)."""

@@ -53,6 +53,29 @@ def test_release_clears_the_owner_only_for_its_epoch(store: Store):
     assert {c.shard: c.owner for c in store.checkpoints()}[1] is None
 
 
+CLOCK_TOKEN = 1_796_465_640_485_238_045  # a token counted from the clock (a run without ZooKeeper)
+
+
+def test_a_released_shard_is_taken_at_a_lower_epoch_only_while_still_released(store: Store):
+    store.claim_shard(2, "solo", CLOCK_TOKEN, B0, T0_MS)
+    with pytest.raises(OwnershipLost):  # held: never taken, whatever epoch was seen
+        store.take_released_shard(2, "zk", 77, CLOCK_TOKEN, T0_MS)
+    assert store.release_shard(2, CLOCK_TOKEN, T0_MS) is True
+    with pytest.raises(OwnershipLost, match=f"held by None with epoch {CLOCK_TOKEN}"):
+        store.claim_shard(2, "zk", 77, B0, T0_MS)  # the fence refuses a lower token, as before
+    with pytest.raises(OwnershipLost):  # released, but not at the epoch the claimer saw
+        store.take_released_shard(2, "zk", 77, CLOCK_TOKEN - 1, T0_MS)
+    assert store.take_released_shard(2, "zk", 77, CLOCK_TOKEN, T0_MS) == Checkpoint(B0)
+    rows = {c.shard: c for c in store.checkpoints()}
+    assert rows[2].owner == "zk" and rows[2].owner_epoch == 77
+    # The fence orders the new tokens again: a newer one takes over, the older is refused.
+    assert store.claim_shard(2, "zk2", 78, B0, T0_MS) == Checkpoint(B0)
+    with pytest.raises(OwnershipLost):
+        store.save_checkpoint(2, 77, Checkpoint(B0 + 60), T0_MS)
+    with pytest.raises(OwnershipLost):  # taken by a newer token since: not released any more
+        store.take_released_shard(2, "zk", 77, 78, T0_MS)
+
+
 def test_fired_retry_and_dead(store: Store):
     a, b, c = job("a"), job("b"), job("c")
     store.insert_many([a, b, c])

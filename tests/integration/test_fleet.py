@@ -93,6 +93,26 @@ def test_join_leave_and_kill_9_while_firing(fleet_env):
     assert dups <= recent, sorted(dups - recent)[:5]
 
 
+def test_a_fleet_takes_the_shards_a_run_without_zookeeper_released(fleet_env):
+    """`scheduler run` with the default local coordinator first (its tokens count from the
+    clock, far above ZooKeeper's transaction ids), then a fleet on the same keyspace: the
+    fleet takes every shard, and every job fires."""
+    url, client, out, zk, procs = fleet_env
+    store = client.store
+    procs.append(start_poller(url, out, "--name", "solo"))
+    wait_until(lambda: len(owned(store, "solo")) == 8, 60, "the local poller owning every shard")
+    procs[0].send_signal(signal.SIGTERM)
+    assert procs[0].wait(timeout=30) == 0
+    assert all(c.owner is None and c.owner_epoch > 2**60 for c in store.checkpoints())
+    due = schedule(client, 80, 4, lead_s=6)
+    procs.append(poller(url, out, zk, "p0"))
+    wait_until(lambda: len(owned(store, "p0")) == 8, 60, "the fleet member owning every shard")
+    assert all(c.owner_epoch < 2**60 for c in store.checkpoints())  # ZooKeeper's tokens from now on
+    wait_until(lambda: set(due) <= {r.job_id for r in read_records(str(out))}, 60, "every job")
+    counts = check(read_records(str(out)), due)
+    assert max(counts.values()) == 1
+
+
 def test_a_frozen_poller_is_fenced_and_fires_nothing_after_resuming(fleet_env):
     url, client, out, zk, procs = fleet_env
     store = client.store

@@ -42,6 +42,18 @@ class CassandraOwnership:
                                serial)
         if not created:
             self._lwt("claim_checkpoint", (owner, epoch, now_ms, shard, epoch), what, serial)
+        return self._held(shard, owner, epoch, serial)
+
+    def take_released_shard(self, shard: int, owner: str, epoch: int, seen_epoch: int, now_ms: int,
+                            *, global_fence: bool = False) -> Checkpoint:
+        serial = "SERIAL" if global_fence else None
+        self._lwt("take_released_checkpoint", (owner, epoch, now_ms, shard, seen_epoch),
+                  f"taking released shard {shard}", serial)
+        return self._held(shard, owner, epoch, serial)
+
+    def _held(self, shard: int, owner: str, epoch: int, serial: str | None) -> Checkpoint:
+        """The shard's checkpoint, read at the fencing level, if ``owner`` holds it at
+        ``epoch`` (a transaction that timed out may have applied); else ``OwnershipLost``."""
         row = self._serial_checkpoint(shard, serial)
         if row is None:
             raise OwnershipLost(f"shard {shard}: checkpoint row vanished while claiming")

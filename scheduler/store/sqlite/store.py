@@ -317,8 +317,20 @@ class SqliteStore(SqliteFiring, SqliteReplays, SqliteSchedules, SqliteFlow, Stor
         with self._tx() as db:
             db.execute(_q("create_checkpoint"), (shard, initial_drained, owner, epoch, now_ms))
             db.execute(_q("claim_checkpoint"), (owner, epoch, now_ms, shard, epoch))
-            bucket, fire, job_id, holder, held_epoch = db.execute(_q("select_checkpoint"),
-                                                                  (shard,)).fetchone()
+            return self._held(db, shard, owner, epoch)
+
+    def take_released_shard(self, shard: int, owner: str, epoch: int, seen_epoch: int, now_ms: int,
+                            *, global_fence: bool = False) -> Checkpoint:
+        with self._tx() as db:
+            db.execute(_q("take_released_checkpoint"), (owner, epoch, now_ms, shard, seen_epoch))
+            return self._held(db, shard, owner, epoch)
+
+    @staticmethod
+    def _held(db: sqlite3.Connection, shard: int, owner: str, epoch: int) -> Checkpoint:
+        row = db.execute(_q("select_checkpoint"), (shard,)).fetchone()
+        if row is None:
+            raise OwnershipLost(f"shard {shard}: no checkpoint row")
+        bucket, fire, job_id, holder, held_epoch = row
         if held_epoch != epoch or holder != owner:
             raise OwnershipLost(f"shard {shard} is held by {holder} with epoch {held_epoch}")
         return Checkpoint(int(bucket), None if fire is None else (int(fire), job_id))
