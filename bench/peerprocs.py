@@ -51,6 +51,11 @@ class SchedulerProcesses:
                 "--coordinator", root, "--processes", str(self.processes)]
         self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_claimed(self.store, SHARDS, self.processes)
+        owners = [c.owner for c in self.store.checkpoints()]
+        if len(owners) != SHARDS or not all(owners) or len(set(owners)) != self.processes:
+            stop_all([self.proc])
+            raise RuntimeError(f"scheduler run --processes {self.processes} did not claim every shard "
+                               f"within 60 s (owners: {sorted(set(map(str, owners)))})")
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
