@@ -72,7 +72,8 @@ class Sizes:
     peer_rounds: int = 3  # paired drains of the peer and `scheduler run --processes 2`
 
 
-# Quick: 13 minutes on 2 cores, servers' start included (2026-12-05). Besides these sizes, run_all
+# Quick: about 15 minutes on 2 cores, servers' start included (2026-12-05: the steps' own
+# times added up to 863 s). Besides these sizes, run_all
 # passes quick's shorter leads (the waits before jobs fall due) and smaller scenes.
 QUICK = Sizes(10_000, 2, 250_000, 20_000, 5, 10, 8, 8_000, 18, 50_000, 10.0, 100_000, storage_bench.QUICK,
               20_000, 6, 100, 50_000, due_now_cli_batches=10, http_jobs=10_000, http_lateness_s=6)
