@@ -86,7 +86,12 @@ class RetryLater(SchedulerError):
 
 
 class OwnershipLost(SchedulerError):
-    """This poller no longer owns the shard; a fenced write was refused."""
+    """This poller no longer owns the shard; a fenced write was refused. A refused claim
+    carries what the fencing read found: ``holder`` (None: released) and ``held_epoch``."""
+
+    def __init__(self, message: str, *, holder: str | None = None, held_epoch: int | None = None) -> None:
+        super().__init__(message)
+        self.holder, self.held_epoch = holder, held_epoch
 
 
 def shown_url(url: str) -> str:

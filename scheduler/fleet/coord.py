@@ -43,8 +43,10 @@ class Coordinator(Protocol):
 
     def release(self, shard: int) -> None: ...
     def token_ceiling(self) -> int | None:
-        """A number at or above every token this coordinator has issued (None: no such
-        bound): a stored epoch above it was set under another coordinator."""
+        """A number at or above every token any member of this coordinator was issued
+        before the call (None: no such bound): a stored epoch above it was set under
+        another coordinator. Not a bound on this member's own tokens only: a stale
+        claimer's shard would then be lowered too."""
 
     def held(self) -> set[int]:
         """Shards whose lock we still hold (a lost session empties it)."""

@@ -12,9 +12,8 @@ its lease expired when it wakes, before its first release.
 
 Reads at rest: only the lease's round trip. The member list, the plan and our lock nodes
 are read again when a watch says they changed (or after a reconnect): a one-shot watch
-only marks what it watched as stale, and the next read arms a new one. Polling them
-cost 4 reads per member per second plus every held lock per heartbeat (at 1,000 members
-and 16,384 shards: about 14,000 reads/s).
+only marks what it watched as stale, and the next read arms a new one (polling them cost
+about 14,000 reads/s at 1,000 members and 16,384 shards).
 """
 
 from __future__ import annotations
@@ -32,7 +31,6 @@ from . import dcs as dcrec
 from .zkconn import RECONNECT, heal_acls, kazoo_client, zk_unreachable
 
 log = logging.getLogger("scheduler.coord")
-
 
 # The ZooKeeper session timeout, seconds, unless told otherwise (``--session-timeout``).
 DEFAULT_SESSION_TIMEOUT_S = 10.0
@@ -257,10 +255,12 @@ class ZooKeeperCoordinator:
                 lock.release()
 
     def token_ceiling(self) -> int | None:
-        """A zxid at or above every token issued so far (a write's, now); None without one."""
+        """A zxid above every token issued before the call (a write's, ordered by the leader)."""
         try:
-            return int(self.zk.set(f"{self.root}/locks", b"").mzxid)
-        except Exception:  # unreachable now: the claim stays refused and is tried again
+            return int(self.zk.set(f"{self.root}/locks", b"").mzxid) if self.zk.connected else None
+        except Exception as exc:
+            log.warning("could not write %s/locks to bound the fencing tokens: %s", self.root, exc,
+                        extra={"action": "zk_ceiling_failed"})
             return None
 
     def held(self) -> set[int]:

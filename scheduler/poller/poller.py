@@ -176,25 +176,26 @@ class Poller:
         fence = {"global_fence": True} if global_fence else {}
         try:
             cp = self._store.claim_shard(shard, self.name, epoch, initial, self.clock.now_ms(), **fence)
-        except OwnershipLost:
-            # Refused by a released shard whose epoch this coordinator cannot have issued
-            # (above its ceiling): set under another one (a run without ZooKeeper counts
-            # from the clock; a new ensemble restarts its transaction ids). Nobody holds
-            # it, so it is taken at this token, only while still released at the epoch
-            # seen. An epoch within the ceiling is a newer holder's: refused, as is a
-            # shard with an owner, and every claim without a coordinator (no ceiling).
-            row = next((c for c in self._store.checkpoints() if c.shard == shard), None)
-            if ceiling is None or row is None or row.owner is not None or row.owner_epoch <= epoch:
+        except OwnershipLost as exc:
+            # Refused by a released shard (the fencing read's holder and epoch) whose
+            # epoch no token issued so far can reach (above the ceiling): set under another
+            # coordinator (a run without ZooKeeper counts from the clock; a new ensemble
+            # restarts its transaction ids). Nobody holds it, so it is taken at this token,
+            # only while still released at that epoch. An epoch within the ceiling is a
+            # newer holder's: refused, as is a shard with an owner, and every claim
+            # without a coordinator (no ceiling).
+            stored = exc.held_epoch
+            if ceiling is None or exc.holder is not None or stored is None or stored <= epoch:
                 raise
             top = ceiling()
-            if top is None or row.owner_epoch <= top:
+            if top is None or stored <= top:
                 raise
-            cp = self._store.take_released_shard(shard, self.name, epoch, row.owner_epoch,
-                                                 self.clock.now_ms(), **fence)
+            now_ms = self.clock.now_ms()
+            cp = self._store.take_released_shard(shard, self.name, epoch, stored, now_ms, **fence)
             log.warning("took released shard %d at epoch %d, below its stored epoch %d (set under "
-                        "another coordinator)", shard, epoch, row.owner_epoch,
+                        "another coordinator)", shard, epoch, stored,
                         extra={"action": "shard_epoch_lowered", "shard": shard, "epoch": epoch,
-                               "stored_epoch": row.owner_epoch, "poller": self.name})
+                               "stored_epoch": stored, "poller": self.name})
         with core.cond:
             core.shards[shard] = OwnedShard(ShardProgress(shard, self.meta.bucket_width_s, cp), epoch, cp)
             core.ended.pop(shard, None)

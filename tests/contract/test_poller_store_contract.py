@@ -61,8 +61,9 @@ def test_a_released_shard_is_taken_at_a_lower_epoch_only_while_still_released(st
     with pytest.raises(OwnershipLost):  # held: never taken, whatever epoch was seen
         store.take_released_shard(2, "zk", 77, CLOCK_TOKEN, T0_MS)
     assert store.release_shard(2, CLOCK_TOKEN, T0_MS) is True
-    with pytest.raises(OwnershipLost, match=f"held by None with epoch {CLOCK_TOKEN}"):
+    with pytest.raises(OwnershipLost, match=f"held by None with epoch {CLOCK_TOKEN}") as refused:
         store.claim_shard(2, "zk", 77, B0, T0_MS)  # the fence refuses a lower token, as before
+    assert (refused.value.holder, refused.value.held_epoch) == (None, CLOCK_TOKEN)  # what the fence read
     with pytest.raises(OwnershipLost):  # released, but not at the epoch the claimer saw
         store.take_released_shard(2, "zk", 77, CLOCK_TOKEN - 1, T0_MS)
     assert store.take_released_shard(2, "zk", 77, CLOCK_TOKEN, T0_MS) == Checkpoint(B0)

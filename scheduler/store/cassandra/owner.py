@@ -59,7 +59,8 @@ class CassandraOwnership:
             raise OwnershipLost(f"shard {shard}: checkpoint row vanished while claiming")
         bucket, fire, job_id, holder, held_epoch = row
         if held_epoch != epoch or holder != owner:
-            raise OwnershipLost(f"shard {shard} is held by {holder} with epoch {held_epoch}")
+            raise OwnershipLost(f"shard {shard} is held by {holder} with epoch {held_epoch}",
+                                holder=holder, held_epoch=int(held_epoch))
         return Checkpoint(int(bucket), None if fire is None else (dt_ms(fire), job_id))
 
     def save_checkpoint(self, shard: int, epoch: int, checkpoint: Checkpoint, now_ms: int) -> None:

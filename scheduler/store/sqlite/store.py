@@ -332,7 +332,8 @@ class SqliteStore(SqliteFiring, SqliteReplays, SqliteSchedules, SqliteFlow, Stor
             raise OwnershipLost(f"shard {shard}: no checkpoint row")
         bucket, fire, job_id, holder, held_epoch = row
         if held_epoch != epoch or holder != owner:
-            raise OwnershipLost(f"shard {shard} is held by {holder} with epoch {held_epoch}")
+            raise OwnershipLost(f"shard {shard} is held by {holder} with epoch {held_epoch}",
+                                holder=holder, held_epoch=int(held_epoch))
         return Checkpoint(int(bucket), None if fire is None else (int(fire), job_id))
 
     def save_checkpoint(self, shard: int, epoch: int, checkpoint: Checkpoint, now_ms: int) -> None:
