@@ -42,6 +42,7 @@ class SchedulerProcesses:
         self.store, self.zk, self.processes, self.out = store, zk, processes, out
         self.proc: subprocess.Popen[bytes] | None = None
         self.read_to = 0  # bytes of ``out`` already taken by earlier rounds
+        self.counted_to, self.counted = 0, 0  # bytes of ``out`` whose lines are counted, and how many
 
     def __enter__(self) -> SchedulerProcesses:
         env = {**os.environ, "SCHEDULER_STORE": self.store.url, "BENCH_OUT": str(self.out),
@@ -69,6 +70,19 @@ class SchedulerProcesses:
             raise RuntimeError(f"scheduler run exited with code {self.proc.returncode} during the drain")
         return tree_cpu_s(self.proc.pid)
 
+    def _count(self) -> int:
+        """Lines written since ``read_to``, reading only the bytes not counted yet (the
+        full run writes 40 MB of them: re-reading it all would take the pollers' CPU)."""
+        self._cpu()  # raises when the tree died: no waiting out the timeout for it
+        if self.out.exists():
+            with self.out.open("rb") as fh:
+                fh.seek(self.counted_to)
+                data = fh.read()
+            end = data.rfind(b"\n") + 1
+            self.counted_to += end
+            self.counted += data.count(b"\n", 0, end)
+        return self.counted
+
     def _new_lines(self) -> list[bytes]:
         if not self.out.exists():
             return []
@@ -94,15 +108,15 @@ class SchedulerProcesses:
         settle(max_s=max(0.0, due / 1000 - 4 - time.time()))
         cpu = Cpu(cassandra_cpu_s, due, client=self._cpu)
         deadline = time.monotonic() + (due - now) / 1000 + timeout_s
-        while len(self._new_lines()) < near:
+        while self._count() < near:
             if time.monotonic() > deadline:
-                started = len(self._new_lines())
-                raise RuntimeError(f"{started} of {near} jobs started within {timeout_s:.0f} s")
+                raise RuntimeError(f"{self.counted} of {near} jobs started within {timeout_s:.0f} s")
             time.sleep(0.2)
-        self._wait_idle(deadline)
+        self._wait_idle(time.monotonic() + 30)
         used = cpu.used()
         lines = self._new_lines()
         self.read_to += sum(len(ln) + 1 for ln in lines)
+        self.counted_to, self.counted = self.read_to, 0
         starts = [(int(d), int(s)) for _id, d, s in (ln.split() for ln in lines)]
         late = [float(s - d) for d, s in starts]
         name = f"scheduler ({self.processes} processes)"
@@ -111,7 +125,8 @@ class SchedulerProcesses:
 
     def _wait_idle(self, deadline: float) -> None:
         """Until the tree used under ``IDLE_CPU_S`` in ``IDLE_WINDOW_S``: its recorder
-        has written the last outcomes (part of the work measured)."""
+        has written the last outcomes (part of the work measured). Raises at
+        ``deadline``: a window that ran on would charge idle polling to the drain."""
         last = self._cpu()
         while time.monotonic() < deadline:
             time.sleep(IDLE_WINDOW_S)
@@ -119,6 +134,7 @@ class SchedulerProcesses:
             if now - last < IDLE_CPU_S:
                 return
             last = now
+        raise RuntimeError("the pollers did not fall idle within 30 s of the last start: no CPU figure")
 
 
 def paired_drains(store: CassandraStore, zk: str, pg_url: str, near: int, lead_s: float, rounds: int,
@@ -132,6 +148,8 @@ def paired_drains(store: CassandraStore, zk: str, pg_url: str, near: int, lead_s
             got: dict[str, dict[str, Any]] = {}
             for side in sides:
                 prefix = f"drain{processes}p{i}"
+                if side == "peer":
+                    settle()  # our side's compactions never run into the peer's drain
                 got[side] = (procs.drain(near, prefix, lead_s) if side == "ours"
                              else run_postgres(pg_url, near, 0.0, prefix=prefix, lead_s=lead_s))
             pairs.append(got)
