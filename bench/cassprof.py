@@ -21,8 +21,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bench.common import cassandra_cpu_s, drop, machine, own_cpu_s, report, server_pids, settle
-from bench.fire import _fire_poller, overdue_store
+from bench.common import drop, machine, report, server_pids, settle
+from bench.fire import _fire_poller, _with_cpu, overdue_store
 from scheduler.domain.clock import SystemClock
 
 _POOL = re.compile(r"[-:\d\s]+$")  # "Native-Transport-Requests-12" -> "Native-Transport-Requests"
@@ -55,11 +55,11 @@ def _drain(host: str, jobs: int) -> dict[str, float]:
     store = overdue_store(host, jobs, now)
     try:
         settle(max_s=60)
-        cass, own = cassandra_cpu_s(), own_cpu_s()
-        seconds = _fire_poller(store, jobs, now)
-        poller, cassandra = own_cpu_s() - own, cassandra_cpu_s() - cass
-        return {"jobs_per_s": round(jobs / seconds), "poller_us_per_job": round(poller / jobs * 1e6, 1),
-                "cassandra_us_per_job": round(cassandra / jobs * 1e6, 1)}
+        cpu: dict[str, tuple[float, float]] = {}
+        seconds = _with_cpu(cpu, "drain", jobs, _fire_poller, store, jobs, now)
+        poller_us, cassandra_us = cpu["drain"]
+        return {"jobs_per_s": round(jobs / seconds), "poller_us_per_job": round(poller_us, 1),
+                "cassandra_us_per_job": round(cassandra_us, 1)}
     finally:
         drop(store)
         store.close()

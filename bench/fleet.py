@@ -54,11 +54,14 @@ def owners(plan: dict[str, set[int]]) -> dict[int, str]:
     return {s: m for m, mine in plan.items() for s in mine}
 
 
-def start(url: str, zk: str, out: Path, *extra: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "SCHEDULER_STORE": url, "BENCH_OUT": str(out),
-           "SCHEDULER_METRICS_ADDRESS": "127.0.0.1:0"}
-    return subprocess.Popen([sys.executable, "-m", "scheduler", "run", "--handler", "bench.noop:sleep10",
-                             "--coordinator", zk, "--session-timeout", "4", *extra], env=env,
+def start(url: str, zk: str, out: Path, *extra: str, handler: str = "bench.noop:sleep10",
+          session_timeout_s: float | None = 4, metrics: str = "127.0.0.1:0") -> subprocess.Popen[bytes]:
+    """``scheduler run`` on ``url`` under coordinator ``zk``, its handler noting starts in
+    ``out`` (``session_timeout_s`` None: the default timeout)."""
+    env = {**os.environ, "SCHEDULER_STORE": url, "BENCH_OUT": str(out), "SCHEDULER_METRICS_ADDRESS": metrics}
+    timeout = ["--session-timeout", f"{session_timeout_s:g}"] if session_timeout_s is not None else []
+    return subprocess.Popen([sys.executable, "-m", "scheduler", "run", "--handler", handler,
+                             "--coordinator", zk, *timeout, *extra], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 

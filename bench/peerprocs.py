@@ -13,17 +13,15 @@ Cassandra's, over the same window as ``bench.peer``'s drains.
 
 from __future__ import annotations
 
-import os
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from bench.common import cassandra_cpu_s, settle, tree_cpu_s, write_bucket_rows
-from bench.fleet import stop_all, wait_claimed
+from bench.fleet import start, stop_all, wait_claimed
 from bench.peer import SHARDS, Cpu, lead_ms, run_postgres, summary
 from scheduler.domain.clock import SystemClock
 from scheduler.domain.keys import bucket_of_ms, shard_of
@@ -45,12 +43,9 @@ class SchedulerProcesses:
         self.counted_to, self.counted = 0, 0  # bytes of ``out`` whose lines are counted, and how many
 
     def __enter__(self) -> SchedulerProcesses:
-        env = {**os.environ, "SCHEDULER_STORE": self.store.url, "BENCH_OUT": str(self.out),
-               "SCHEDULER_METRICS_ADDRESS": "off"}
         root = f"zookeeper://{self.zk}/bench-peer-{time.time_ns()}"
-        argv = [sys.executable, "-m", "scheduler", "run", "--handler", "bench.noop:note",
-                "--coordinator", root, "--processes", str(self.processes)]
-        self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = start(self.store.url, root, self.out, "--processes", str(self.processes),
+                          handler="bench.noop:note", session_timeout_s=None, metrics="off")
         wait_claimed(self.store, SHARDS, self.processes)
         owners = [c.owner for c in self.store.checkpoints()]
         if len(owners) != SHARDS or not all(owners) or len(set(owners)) != self.processes:

@@ -16,9 +16,7 @@ per-round ratios (2 processes over 1), with their spread. Goal: > 1.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import drop, fresh_store, machine, report, write_bucket_rows
-from bench.fleet import records, stop_all, wait_claimed
+from bench.fleet import records, start, stop_all, wait_claimed
 from scheduler.domain.clock import SystemClock
 from scheduler.domain.keys import bucket_of_ms, shard_of
 from scheduler.domain.model import Job
@@ -39,12 +37,9 @@ def drain(host: str, zk: str, processes: int, jobs: int, tmp: Path) -> float:
     now = SystemClock().now_ms()
     store = fresh_store(host, "bench_procs", SHARDS, now_ms=now - 120_000)
     out = tmp / f"procs-{processes}-{time.time_ns()}.log"
-    env = {**os.environ, "SCHEDULER_STORE": store.url, "BENCH_OUT": str(out),
-           "SCHEDULER_METRICS_ADDRESS": "off"}
     root = f"zookeeper://{zk}/bench-procs-{time.time_ns()}"
-    proc = subprocess.Popen([sys.executable, "-m", "scheduler", "run", "--handler", "bench.noop:note",
-                             "--coordinator", root, "--processes", str(processes)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = start(store.url, root, out, "--processes", str(processes), handler="bench.noop:note",
+                 session_timeout_s=None, metrics="off")
     try:
         width = store.meta().bucket_width_s
         due = now + 20_000 + jobs // 10  # loading at about 10 rows per ms or better
